@@ -1,0 +1,19 @@
+# The README's two commands: `make demo` (the main job on the embedded engine) and `make test`.
+# Each one creates or refreshes .venv by itself (scripts/ensure_venv.sh).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test bench
+
+venv:
+	@bash scripts/ensure_venv.sh
+
+demo: venv
+	$(PY) -m recipe.forge.main_forge $(ARGS)
+
+test: venv
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+bench: venv
+	$(PY) scripts/bench_advantage.py

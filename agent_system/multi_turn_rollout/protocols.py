@@ -1,0 +1,117 @@
+"""Interfaces between the rollout loop and what plugs into it (generators, experience providers, observers),
+and the records the rollout produces. Both engines and the experience library use these types; nothing here
+imports an engine or ``recipe``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+Message = dict[str, Any]  # {"role": "system" | "user" | "assistant", "content": str | list}
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_new_tokens: int = 256
+    stop: tuple[str, ...] = ("</action>",)
+    do_sample: bool = True
+
+
+@dataclass
+class GenerationOutput:
+    """One generated response. Token ids exclude padding; ``logprobs[i]`` is log p(response_ids[i])."""
+
+    text: str
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """A batch of chat conversations in, one sampled response each out (same order)."""
+
+    def generate(self, messages: Sequence[list[Message]], sampling: SamplingParams) -> list[GenerationOutput]: ...
+
+
+@dataclass
+class StepQuery:
+    """What an experience provider sees for one active environment at one step."""
+
+    anchor_obs: str  # raw observation: no history, prompt or action list
+    task: str  # task description of the episode
+    task_type: str | None
+    uid: str
+    traj_uid: str
+    step: int
+
+
+@dataclass
+class StepExperience:
+    """What a provider returns for one step: the system-message text (may be empty) and the observation
+    cluster that drove retrieval; the same cluster id is the step's advantage group key."""
+
+    text: str = ""
+    cluster_id: int | None = None
+    entry_ids: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class ExperienceProvider(Protocol):
+    def provide(self, queries: Sequence[StepQuery]) -> list[StepExperience]: ...
+
+
+@dataclass
+class StepRecord:
+    """One environment step = one training sample."""
+
+    uid: str
+    traj_uid: str
+    step: int
+    anchor_obs: str
+    messages: list[Message]  # what the policy was given (system experiences + user prompt)
+    plain_messages: list[Message]  # the same prompt without experiences (the distillation student's view)
+    response_text: str
+    action: str  # projected action sent to the environment
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+    reward: float
+    is_action_valid: bool
+    done: bool
+    cluster_id: int | None = None
+    experience_ids: tuple[str, ...] = ()
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class StepObserver(Protocol):
+    def observe(self, records: Sequence[StepRecord]) -> None: ...
+
+
+@dataclass
+class TrajectoryRecord:
+    """One finished episode with its steps in order."""
+
+    uid: str
+    traj_uid: str
+    task: str
+    task_type: str | None
+    steps: list[StepRecord]
+    episode_reward: float
+    success: bool
+    length: int
+    failure_reason: str | None = None  # e.g. "worker crashed", "step timeout"
+
+
+@dataclass
+class RolloutBatch:
+    """Everything one rollout produced: flat step samples (training rows) and their trajectories."""
+
+    steps: list[StepRecord]
+    trajectories: list[TrajectoryRecord]
+    metrics: dict[str, float] = field(default_factory=dict)
