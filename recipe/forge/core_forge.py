@@ -199,10 +199,10 @@ def compute_step_advantage(
     _check_mode(mode)
     ids = torch.as_tensor(np.asarray(step_group_ids), dtype=torch.int64)
     n_groups = int(ids.max()) + 1 if ids.numel() else 0
-    mean, std, count = group_mean_std(step_returns, ids, n_groups)
+    # A singleton group is its own mean, so it gets 0 in both modes (its std is defined as 0).
+    mean, std, _ = group_mean_std(step_returns, ids, n_groups)
     centred = step_returns - mean[ids]
-    adv = centred if mode == "mean_norm" else centred / (std[ids] + epsilon)
-    return torch.where(count[ids] > 1, adv, torch.zeros_like(adv))
+    return centred if mode == "mean_norm" else centred / (std[ids] + epsilon)
 
 
 def similarity_step_groups(

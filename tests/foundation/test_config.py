@@ -1,0 +1,84 @@
+"""Start-up validation of the run config: the shipped config is valid, and each kind of fault fails with a
+message naming the key, the value and what is allowed."""
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from agent_system.config_checks import ConfigError
+from recipe.forge.config_schema import validate_config
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "recipe" / "forge" / "config")
+
+
+def load(*overrides):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        return compose("forge_trainer", overrides=list(overrides))
+
+
+@pytest.fixture(scope="module")
+def default_cfg():
+    return load()
+
+
+def test_shipped_config_is_valid_with_seed_defaults(default_cfg):
+    v = validate_config(default_cfg)
+    f = v.algorithm.forge
+    assert v.engine == "local"
+    assert v.algorithm.adv_estimator == "forge" and v.algorithm.gamma == 0.95
+    assert v.algorithm.use_kl_in_reward is False
+    assert (f.use_step_rewards, f.step_advantage_w, f.mode) == (True, 1.0, "mean_norm")
+    assert (f.golden_capacity_per_level, f.warning_capacity_per_level) == (100, 50)
+    assert (f.top_k_golden, f.top_k_warning, f.max_experience_length) == (2, 1, 800)
+    assert (f.obs_similarity_threshold, f.novelty_threshold, f.success_threshold) == (0.85, 0.85, 0.5)
+    assert (f.warmup_iterations, f.min_library_size, f.top_k_trajectories) == (5, 10, 5)
+    assert (f.max_strategies_per_iter, f.max_warnings_per_iter) == (10, 5)
+    assert (f.divergence_type, f.distill_temperature, f.max_distill_weight, f.use_distillation) == (
+        "jsd", 1.0, 0.5, False)
+    assert (f.library_save_freq, f.checkpoint_dir, f.retrieval_mode) == (10, "checkpoints/forge", "observation")
+    g = v.algorithm.gigpo
+    assert (g.step_advantage_w, g.mode, g.enable_similarity, g.similarity_thresh) == (1.0, "mean_norm", False, 0.95)
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "gae", "rloo", "reinforce_plus_plus", "gigpo", "forge"])
+def test_known_estimators_accepted(estimator):
+    assert validate_config(load(f"algorithm.adv_estimator={estimator}")).algorithm.adv_estimator == estimator
+
+
+FAULTS = [
+    ("algorithm.adv_estimator=grpoo", ["algorithm.adv_estimator", "'grpoo'", "grpo"]),
+    ("env.env_name=sokobann", ["env.env_name", "'sokobann'", "sokoban"]),
+    ("algorithm.forge.retrieval_mode=nearest", ["algorithm.forge.retrieval_mode", "'nearest'", "clustered"]),
+    ("algorithm.forge.obs_similarity_threshold=1.5", ["algorithm.forge.obs_similarity_threshold", "1.5", "[0.0, 1.0]"]),
+    ("algorithm.gigpo.similarity_thresh=-0.1", ["algorithm.gigpo.similarity_thresh", "-0.1"]),
+    ("algorithm.forge.golden_capacity_per_level=-1", ["algorithm.forge.golden_capacity_per_level", "-1"]),
+    ("algorithm.forge.top_k_warning=51", ["algorithm.forge.top_k_warning", "51", "50"]),
+    ("algorithm.forge.divergence_type=wasserstein", ["algorithm.forge.divergence_type", "'wasserstein'", "jsd"]),
+    ("algorithm.forge.mode=zscore", ["algorithm.forge.mode", "'zscore'", "mean_std_norm"]),
+    ("algorithm.gamma=1.2", ["algorithm.gamma", "1.2"]),
+    ("trainer.engine=tpu", ["trainer.engine", "'tpu'", "local"]),
+    ("env.rollout.n=0", ["env.rollout.n", "0"]),
+    ("env.max_steps=0", ["env.max_steps", "0"]),
+    ("env.sokoban.dim_room=[3,3]", ["env.sokoban.dim_room", "[3, 3]"]),
+    ("+algorithm.forge.top_k_goldn=3", ["algorithm.forge.top_k_goldn", "unknown key"]),
+    ("+env.max_step=3", ["env.max_step", "unknown key"]),
+    ("env.seed=abc", ["env.seed", "'abc'"]),
+    ("data.train_batch_size=0", ["data.train_batch_size", "0"]),
+    ("algorithm.forge.distill_temperature=0", ["algorithm.forge.distill_temperature", "0"]),
+]
+
+
+@pytest.mark.parametrize("override,fragments", FAULTS, ids=[f[0] for f in FAULTS])
+def test_each_fault_fails_at_start_up_naming_key_and_value(override, fragments):
+    cfg = load(override)
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    message = str(err.value)
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_wrong_type_inside_algorithm_section_is_named():
+    with pytest.raises(ConfigError, match="use_step_rewards"):
+        validate_config(load("algorithm.forge.use_step_rewards=maybe"))
