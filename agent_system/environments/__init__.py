@@ -1,0 +1,13 @@
+"""Environments: the gym-style API, managers over B x G copies, prompts, projection and the registry.
+
+Entry point: ``make_envs(config) -> (train_envs, val_envs)``.
+"""
+
+
+def make_envs(config):
+    from agent_system.environments.env_manager import make_envs as _make_envs
+
+    return _make_envs(config)
+
+
+__all__ = ["make_envs"]

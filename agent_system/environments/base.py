@@ -1,0 +1,320 @@
+"""The environment API: one gym-style episode (:class:`AgentEnv`) and a manager over B x G of them
+(:class:`EnvironmentManagerBase`).
+
+How to add an environment (e.g. ``env_package/myenv/``)
+--------------------------------------------------------
+1. ``env_package/myenv/env.py``: a subclass of :class:`AgentEnv`.
+   ``reset(seed) -> (obs, info)`` and ``step(action_text) -> (obs, reward, terminated, truncated, info)``.
+   ``obs`` is text. ``info`` carries at least ``won`` (bool), ``task`` (the episode's task description) and
+   ``task_type`` (str or None); ``admissible_actions`` (list[str]) where the environment has them; ``image``
+   (HxWx3 uint8 numpy array) in image mode. The same seed must give the same episode: the G copies of a
+   task share one seed, and that is what makes them a group. Optionally implement ``expert_action()``
+   (the action a scripted expert would take now, in the environment's own action language) so that
+   ``scripts/bench_envs.py --policy expert`` and the tests can drive it.
+   The constructor takes keyword arguments only, all picklable: environments may be built inside worker
+   processes from an :class:`EnvSpec`.
+2. ``prompts/myenv.py``: ``build_prompt(ctx: PromptContext) -> str`` (see prompts/common.py), rendering
+   the observation with and without history.
+3. ``env_package/myenv/manager.py``: a subclass of :class:`EnvironmentManagerBase` that sets
+   ``prompt_builder`` and ``heavy`` (True: environments live in worker processes with a per-step timeout)
+   and implements ``env_spec(config, split)``. Override ``parse_action`` when the environment needs the
+   action text normalised (a closed action set), ``anchor_observation`` when the raw observation holds
+   noise that should not split step groups, and ``memory_class`` for a different history.
+4. Register ``"myenv": "agent_system.environments.env_package.myenv.manager:MyEnvManager"`` in registry.py
+   (or call ``register_env_manager`` at import time of a plugin).
+
+Episodes that end because a worker crashed, hung past ``step_timeout_s`` or the environment raised are
+recorded as failed, with ``info["failure_reason"]``; the rest of the batch carries on.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from agent_system.environments.config import EnvConfig
+from agent_system.environments.projection import ParsedAction, parse_tagged_response
+from agent_system.environments.prompts.common import PromptContext
+from agent_system.memory import BaseMemory, make_memory
+
+
+class AgentEnv(abc.ABC):
+    """One seeded, deterministic episode with text observations and text actions (gymnasium-style)."""
+
+    @abc.abstractmethod
+    def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
+        """Start the episode chosen by ``seed``; returns (observation text, info)."""
+
+    @abc.abstractmethod
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Apply one action (text in the environment's action language; unknown text is an invalid move,
+        never an exception); returns (observation, reward, terminated, truncated, info)."""
+
+    def expert_action(self) -> str | None:
+        """The action a scripted expert takes from the current state, or None when the environment has none."""
+        return None
+
+    def close(self) -> None:
+        """Release resources (processes, files); the default has none."""
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """A picklable recipe for one environment: ``target`` is "module:Class", ``kwargs`` its constructor args."""
+
+    target: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def build(self) -> AgentEnv:
+        module_name, _, class_name = self.target.partition(":")
+        if not class_name:
+            raise ValueError(f"EnvSpec target {self.target!r} must be 'module:Class'")
+        env_class = getattr(importlib.import_module(module_name), class_name)
+        return env_class(**dict(self.kwargs))
+
+
+@dataclass
+class StepResult:
+    """What one environment step (or reset, with reward 0 and not done) returns through a pool."""
+
+    obs: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+
+def failed_result(reason: str, obs: str = "") -> StepResult:
+    """The result recorded for an episode that ended because of infrastructure, not the policy."""
+    return StepResult(obs=obs, reward=0.0, terminated=True, truncated=False, info={"won": False, "failure_reason": reason})
+
+
+@dataclass
+class Observations:
+    """What the manager hands the rollout for a set of environments (aligned lists).
+
+    text: prompt for the policy (history and instructions included); anchor: raw observation only;
+    image: HxWx3 uint8 arrays in image mode, else None.
+    """
+
+    text: list[str]
+    anchor: list[str]
+    image: list[np.ndarray | None]
+
+
+class EnvironmentManagerBase:
+    """B tasks x G copies of an environment, stepped together by text actions.
+
+    Index ``i`` runs task ``i // G``; the copies of a task share a seed (their ``uid``), each copy has its
+    own ``traj_uid``. ``step`` only advances environments still active; finished ones keep their last
+    state until the next ``reset``.
+    """
+
+    prompt_builder: ClassVar[Callable[[PromptContext], str]]
+    heavy: ClassVar[bool] = False  # True: environments run in worker processes with a per-step timeout
+    has_task_types: ClassVar[bool] = False
+
+    def __init__(self, config: EnvConfig, num_tasks: int, split: str, env_name: str | None = None, pool: Any = None):
+        from agent_system.workers import make_pool
+
+        if split not in ("train", "val"):
+            raise ValueError(f"split={split!r} must be 'train' or 'val'")
+        if num_tasks < 1:
+            raise ValueError(f"num_tasks={num_tasks} must be >= 1")
+        self.config = config
+        self.env_name = env_name or config.env_name
+        self.split = split
+        self.num_tasks = num_tasks
+        self.group_n = config.rollout.n
+        self.num_envs = num_tasks * self.group_n
+        self.max_steps = config.max_steps
+        self.pool = pool if pool is not None else make_pool(self.env_spec(config, split), self.num_envs, config.resources_per_worker, heavy=self.heavy)
+        self.memory: BaseMemory = make_memory(config.memory, self.num_envs, self.memory_kind())
+        self._train_rng = np.random.default_rng(config.seed)
+        self._val_round = 0
+        self._reset_state()
+
+    # ----- hooks for subclasses -----
+    @classmethod
+    def env_spec(cls, config: EnvConfig, split: str) -> EnvSpec:
+        """The environment to build for ``split`` ("train" or "val")."""
+        raise NotImplementedError(f"{cls.__name__} must implement env_spec(config, split)")
+
+    def memory_kind(self) -> str:
+        """Which memory ``env.memory=simple`` resolves to for this environment ("simple" or "search")."""
+        return "simple"
+
+    def parse_action(self, action_text: str, info: Mapping[str, Any]) -> tuple[str, bool]:
+        """Map the text inside <action> to what the environment receives, and whether it is a legal action.
+        Default: legal when the environment lists no admissible actions or the text is one of them."""
+        admissible = info.get("admissible_actions")
+        if not admissible:
+            return action_text, bool(action_text)
+        lowered = {a.lower(): a for a in admissible}
+        match = lowered.get(action_text.strip().lower())
+        return (match, True) if match is not None else (action_text, False)
+
+    def anchor_observation(self, obs: str, info: Mapping[str, Any]) -> str:
+        """The raw observation used for step grouping and retrieval (no history, prompt or action list)."""
+        return obs
+
+    # ----- task seeds -----
+    def next_task_seeds(self) -> np.ndarray:
+        """Seeds of the next B tasks. Train: random in [0, val_seed_offset); val: val_seed_offset + 0..B-1,
+        the same held-out tasks at every validation pass."""
+        if self.split == "val":
+            return self.config.val_seed_offset + np.arange(self.num_tasks, dtype=np.int64)
+        return self._train_rng.integers(0, self.config.val_seed_offset, size=self.num_tasks, dtype=np.int64)
+
+    # ----- episode driving -----
+    def _reset_state(self) -> None:
+        n = self.num_envs
+        self.active = np.zeros(n, dtype=bool)
+        self.step_count = np.zeros(n, dtype=np.int64)
+        self.episode_reward = np.zeros(n, dtype=np.float64)
+        self.won = np.zeros(n, dtype=bool)
+        self.last_obs: list[str] = [""] * n
+        self.last_info: list[dict[str, Any]] = [{} for _ in range(n)]
+        self.failure_reason: list[str | None] = [None] * n
+        self.task_seeds = np.zeros(self.num_tasks, dtype=np.int64)
+        self.uids: list[str] = [""] * n
+        self.traj_uids: list[str] = [""] * n
+
+    def reset(self, seeds: Sequence[int] | None = None) -> tuple[Observations, list[dict[str, Any]]]:
+        """Start B new tasks (``seeds`` of length B, default ``next_task_seeds()``), G copies each."""
+        task_seeds = np.asarray(self.next_task_seeds() if seeds is None else seeds, dtype=np.int64)
+        if task_seeds.shape != (self.num_tasks,):
+            raise ValueError(f"reset needs {self.num_tasks} task seeds, got shape {task_seeds.shape}")
+        self._reset_state()
+        self.task_seeds = task_seeds
+        env_seeds = np.repeat(task_seeds, self.group_n)
+        results = self.pool.reset(list(range(self.num_envs)), [int(s) for s in env_seeds])
+        self.memory.reset(self.num_envs)
+        copy = np.tile(np.arange(self.group_n), self.num_tasks)
+        self.uids = [f"{self.split}-{s}" for s in env_seeds]
+        self.traj_uids = [f"{u}-{c}" for u, c in zip(self.uids, copy)]
+        for i, res in enumerate(results):
+            self.last_obs[i] = res.obs
+            self.last_info[i] = res.info
+            reason = res.info.get("failure_reason")
+            self.active[i] = reason is None
+            self.failure_reason[i] = reason
+        idx = list(range(self.num_envs))
+        return self.observations(idx), [self.last_info[i] for i in idx]
+
+    def step(self, text_actions: Sequence[str | None]) -> tuple[Observations, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        """Project and apply one model response per environment (entries for inactive environments are
+        ignored and may be None).
+
+        Returns next observations of all environments, rewards (num_envs,) float, dones (num_envs,) bool
+        (True for every environment that is no longer active) and infos; each stepped environment's info
+        has ``is_action_valid`` and ``action`` (the projected text sent to it).
+        """
+        if len(text_actions) != self.num_envs:
+            raise ValueError(f"step needs {self.num_envs} actions (one per environment), got {len(text_actions)}")
+        idx = np.flatnonzero(self.active).tolist()
+        rewards = np.zeros(self.num_envs, dtype=np.float64)
+        if not idx:
+            return self.observations(list(range(self.num_envs))), rewards, ~self.active, list(self.last_info)
+        actions, valid = self.project_actions([text_actions[i] or "" for i in idx], idx)
+        results = self.pool.step(idx, actions)
+        self.memory.store(
+            idx,
+            [self.anchor_observation(self.last_obs[i], self.last_info[i]) for i in idx],
+            actions,
+            [r.obs for r in results],
+        )
+        for j, i in enumerate(idx):
+            res = results[j]
+            self.step_count[i] += 1
+            rewards[i] = res.reward
+            self.episode_reward[i] += res.reward
+            info = dict(res.info)
+            info["is_action_valid"] = bool(valid[j])
+            info["action"] = actions[j]
+            self.won[i] = bool(info.get("won", False))
+            reason = info.get("failure_reason")
+            if reason is not None:
+                self.failure_reason[i] = reason
+                if not res.obs:
+                    info.setdefault("task", self.last_info[i].get("task", ""))
+                    info.setdefault("task_type", self.last_info[i].get("task_type"))
+            if res.obs or reason is None:
+                self.last_obs[i] = res.obs
+            self.last_info[i] = info
+            if res.done or self.step_count[i] >= self.max_steps:
+                self.active[i] = False
+        return self.observations(list(range(self.num_envs))), rewards, ~self.active, list(self.last_info)
+
+    def project_actions(self, responses: Sequence[str], indices: Sequence[int]) -> tuple[list[str], np.ndarray]:
+        """Model responses -> (actions sent to the environments, validity mask). Never raises."""
+        actions: list[str] = []
+        valid = np.zeros(len(responses), dtype=bool)
+        for j, (text, i) in enumerate(zip(responses, indices)):
+            parsed: ParsedAction = parse_tagged_response(text, require_think=self.config.require_think)
+            action, legal = self.parse_action(parsed.action, self.last_info[i])
+            actions.append(action)
+            valid[j] = parsed.valid and legal
+        return actions, valid
+
+    def observations(self, indices: Sequence[int]) -> Observations:
+        anchors = [self.anchor_observation(self.last_obs[i], self.last_info[i]) for i in indices]
+        return Observations(text=self.build_text_obs(indices), anchor=anchors, image=[self.last_info[i].get("image") for i in indices])
+
+    def build_text_obs(self, indices: Sequence[int]) -> list[str]:
+        """Prompts for the given environments: task, current observation, the last ``history_length``
+        steps from memory (none at step 0 or when history_length is 0) and admissible actions."""
+        histories = self.memory.fetch(indices, self.config.history_length)
+        prompts = []
+        for i, history in zip(indices, histories):
+            info = self.last_info[i]
+            ctx = PromptContext(
+                task=str(info.get("task", "")),
+                observation=self.last_obs[i],
+                history=history,
+                step=int(self.step_count[i]),
+                history_length=self.config.history_length,
+                admissible_actions=info.get("admissible_actions"),
+                require_think=self.config.require_think,
+                image_mode=info.get("image") is not None,
+                extra=info,
+            )
+            prompts.append(type(self).prompt_builder(ctx))
+        return prompts
+
+    # ----- outcomes -----
+    def task_types(self) -> list[str | None]:
+        return [self.last_info[i].get("task_type") for i in range(self.num_envs)]
+
+    def tasks(self) -> list[str]:
+        return [str(self.last_info[i].get("task", "")) for i in range(self.num_envs)]
+
+    def success_evaluator(self) -> dict[str, np.ndarray]:
+        """Per-environment outcome arrays for the current episodes: ``success`` (num_envs,) bool from ``won``,
+        plus ``success/<task_type>`` arrays (NaN outside that type) when the environment has task types."""
+        out: dict[str, np.ndarray] = {"success": self.won.copy()}
+        by_type: dict[str, list[int]] = defaultdict(list)
+        for i, t in enumerate(self.task_types()):
+            if t is not None:
+                by_type[str(t)].append(i)
+        for t, members in by_type.items():
+            col = np.full(self.num_envs, np.nan)
+            col[members] = self.won[members]
+            out[f"success/{t}"] = col
+        return out
+
+    def expert_actions(self, indices: Sequence[int]) -> list[str | None]:
+        """The environments' own expert actions (see AgentEnv.expert_action)."""
+        return self.pool.call("expert_action", list(indices))
+
+    def close(self) -> None:
+        self.pool.close()

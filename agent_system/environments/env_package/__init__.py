@@ -1,0 +1,1 @@
+"""Environment packages, one folder per environment family (env, manager, extras)."""

@@ -1,0 +1,1 @@
+"""Prompt templates, one module per environment, each exposing ``build_prompt(ctx: PromptContext) -> str``."""

@@ -1,0 +1,173 @@
+"""ProcessEnvPool: environments spread over worker processes, with a per-step timeout.
+
+Each worker hosts a contiguous block of environments. A command goes to every worker involved at once,
+then the pool waits for all of them until one shared deadline (``step_timeout_s``). A worker that dies
+(crash, ``os._exit``, OOM kill) or misses the deadline is killed and replaced by a fresh one; every
+episode it hosted ends as failed with the reason in ``info["failure_reason"]`` and stays failed until
+the next reset. The other workers' results are unaffected.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from agent_system.environments.base import EnvSpec, StepResult, failed_result
+from agent_system.workers.in_process import run_call, run_reset, run_step
+
+
+def _worker_main(conn, spec: EnvSpec, num_local: int) -> None:
+    """Serve commands for ``num_local`` environments until "close" (runs in the worker process)."""
+    envs: list = [None] * num_local
+
+    def env(k: int):
+        if envs[k] is None:
+            envs[k] = spec.build()
+        return envs[k]
+
+    while True:
+        try:
+            cmd, payload = conn.recv()
+        except (EOFError, OSError):
+            break
+        if cmd == "reset":
+            out = [run_reset(env(k), seed) for k, seed in payload]
+        elif cmd == "step":
+            out = [run_step(env(k), action) for k, action in payload]
+        elif cmd == "call":
+            method, locals_ = payload
+            out = [run_call(env(k), method) for k in locals_]
+        elif cmd == "close":
+            for e in envs:
+                if e is not None:
+                    e.close()
+            conn.send(None)
+            break
+        else:
+            out = None
+        conn.send(out)
+
+
+class ProcessEnvPool:
+    """``num_envs`` environments built from ``spec`` inside ``num_workers`` processes."""
+
+    def __init__(self, spec: EnvSpec, num_envs: int, num_workers: int, step_timeout_s: float = 120.0, start_method: str = "spawn"):
+        if not 1 <= num_workers <= num_envs:
+            raise ValueError(f"num_workers={num_workers} must be in [1, num_envs={num_envs}]")
+        self.spec = spec
+        self.num_envs = num_envs
+        self.num_workers = num_workers
+        self.step_timeout_s = step_timeout_s
+        self._ctx = mp.get_context(start_method)
+        blocks = np.array_split(np.arange(num_envs), num_workers)
+        self._members = [b.tolist() for b in blocks]
+        self._worker_of = np.concatenate([np.full(len(b), w) for w, b in enumerate(blocks)])
+        self._local_of = np.concatenate([np.arange(len(b)) for b in blocks])
+        self._broken: list[str | None] = [None] * num_envs  # reason an env's episode was lost until reset
+        self.restarts = 0
+        self._procs: list = [None] * num_workers
+        self._conns: list = [None] * num_workers
+        for w in range(num_workers):
+            self._start(w)
+
+    def _start(self, w: int) -> None:
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(target=_worker_main, args=(child, self.spec, len(self._members[w])), daemon=True)
+        proc.start()
+        child.close()
+        self._procs[w], self._conns[w] = proc, parent
+
+    def _restart(self, w: int, reason: str) -> None:
+        proc = self._procs[w]
+        if proc.is_alive():
+            proc.kill()
+        proc.join(timeout=5)
+        self._conns[w].close()
+        self.restarts += 1
+        for i in self._members[w]:
+            self._broken[i] = reason
+        self._start(w)
+
+    def _dispatch(self, cmd: str, indices: Sequence[int], items: Sequence[Any], make_payload, on_fail) -> list[Any]:
+        """Send each worker its share, gather until the deadline, map failures through ``on_fail(reason)``."""
+        out: list[Any] = [None] * len(indices)
+        per_worker: dict[int, list[int]] = {}
+        for j, i in enumerate(indices):
+            per_worker.setdefault(int(self._worker_of[i]), []).append(j)
+        sent: dict[int, list[int]] = {}
+        for w, js in per_worker.items():
+            try:
+                self._conns[w].send((cmd, make_payload([(int(self._local_of[indices[j]]), items[j]) for j in js])))
+                sent[w] = js
+            except (BrokenPipeError, OSError):
+                self._fail(w, js, out, on_fail, self._crash_reason(w))
+        deadline = time.monotonic() + self.step_timeout_s
+        for w, js in sent.items():
+            conn = self._conns[w]
+            try:
+                if not conn.poll(max(0.0, deadline - time.monotonic())):
+                    self._fail(w, js, out, on_fail, f"step timeout (> {self.step_timeout_s:g} s): worker restarted")
+                    continue
+                results = conn.recv()
+            except (EOFError, OSError):
+                self._fail(w, js, out, on_fail, self._crash_reason(w))
+                continue
+            for j, r in zip(js, results):
+                out[j] = r
+        return out
+
+    def _crash_reason(self, w: int) -> str:
+        proc = self._procs[w]
+        proc.join(timeout=1)
+        return f"worker crashed (exit code {proc.exitcode}): worker restarted"
+
+    def _fail(self, w: int, js: list[int], out: list[Any], on_fail, reason: str) -> None:
+        self._restart(w, reason)
+        for j in js:
+            out[j] = on_fail(reason)
+
+    def reset(self, indices: Sequence[int], seeds: Sequence[int]) -> list[StepResult]:
+        for i in indices:
+            self._broken[i] = None
+        return self._dispatch("reset", indices, [int(s) for s in seeds], list, failed_result)
+
+    def step(self, indices: Sequence[int], actions: Sequence[str]) -> list[StepResult]:
+        live = [j for j, i in enumerate(indices) if self._broken[i] is None]
+        out: list[StepResult] = [failed_result(self._broken[i]) if self._broken[i] else None for i in indices]  # type: ignore[misc]
+        if live:
+            results = self._dispatch("step", [indices[j] for j in live], [actions[j] for j in live], list, failed_result)
+            for j, r in zip(live, results):
+                out[j] = r
+        return out
+
+    def call(self, method: str, indices: Sequence[int]) -> list[Any]:
+        live = [j for j, i in enumerate(indices) if self._broken[i] is None]
+        out: list[Any] = [None] * len(indices)
+        if live:
+            sub = [indices[j] for j in live]
+            results = self._dispatch("call", sub, [None] * len(sub), lambda pairs: (method, [k for k, _ in pairs]), lambda reason: None)
+            for j, r in zip(live, results):
+                out[j] = r
+        return out
+
+    def close(self) -> None:
+        for w, conn in enumerate(self._conns):
+            try:
+                conn.send(("close", None))
+                if conn.poll(5):
+                    conn.recv()
+            except (EOFError, OSError):
+                pass
+            self._procs[w].join(timeout=5)
+            if self._procs[w].is_alive():
+                self._procs[w].kill()
+                self._procs[w].join(timeout=5)
+            conn.close()
+
+    def __del__(self):
+        for proc in getattr(self, "_procs", []):
+            if proc is not None and proc.is_alive():
+                proc.kill()
