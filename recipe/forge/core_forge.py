@@ -273,7 +273,7 @@ def compute_forge_advantage(
             compared within a task group. Ignored when ``use_step_rewards`` is False.
 
     Returns:
-        advantages, returns: (bs, response_len), equal, zero outside the response mask.
+        advantages, returns: (bs, response_len), the same tensor, zero outside the response mask.
     """
     scores = token_level_rewards.sum(dim=-1).to(torch.float64)
     advantage = compute_episode_advantage(
@@ -331,7 +331,7 @@ def _broadcast(
     advantage: torch.Tensor, token_level_rewards: torch.Tensor, response_mask: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     scores = advantage.to(token_level_rewards.dtype).unsqueeze(-1) * response_mask.to(token_level_rewards.dtype)
-    return scores, scores.clone()
+    return scores, scores  # returns = advantages: one tensor, as verl's outcome estimators return it
 
 
 def _check_mode(mode: str) -> None:
