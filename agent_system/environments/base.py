@@ -140,7 +140,7 @@ class EnvironmentManagerBase:
         self.pool = pool if pool is not None else make_pool(self.env_spec(config, split), self.num_envs, config.resources_per_worker, heavy=self.heavy)
         self.memory: BaseMemory = make_memory(config.memory, self.num_envs, self.memory_kind())
         self._train_rng = np.random.default_rng(config.seed)
-        self._val_round = 0
+        self.resets = 0
         self._reset_state()
 
     # ----- hooks for subclasses -----
@@ -162,6 +162,12 @@ class EnvironmentManagerBase:
         lowered = {a.lower(): a for a in admissible}
         match = lowered.get(action_text.strip().lower())
         return (match, True) if match is not None else (action_text, False)
+
+    def action_for_malformed(self, parsed: ParsedAction) -> str:
+        """What the environment receives for a malformed response (the step still happens and is invalid).
+        Default "": no move for a closed action set, so a malformed answer never acts by accident. Text
+        environments may pass ``parsed.action`` on instead."""
+        return ""
 
     def anchor_observation(self, obs: str, info: Mapping[str, Any]) -> str:
         """The raw observation used for step grouping and retrieval (no history, prompt or action list)."""
@@ -200,8 +206,11 @@ class EnvironmentManagerBase:
         results = self.pool.reset(list(range(self.num_envs)), [int(s) for s in env_seeds])
         self.memory.reset(self.num_envs)
         copy = np.tile(np.arange(self.group_n), self.num_tasks)
-        self.uids = [f"{self.split}-{s}" for s in env_seeds]
-        self.traj_uids = [f"{u}-{c}" for u, c in zip(self.uids, copy)]
+        self.resets += 1
+        task_index = np.repeat(np.arange(self.num_tasks), self.group_n)
+        # unique per group even if a seed repeats within or across resets; the seed stays readable
+        self.uids = [f"{self.split}{self.resets}-{t}-seed{s}" for t, s in zip(task_index, env_seeds)]
+        self.traj_uids = [f"{u}-copy{c}" for u, c in zip(self.uids, copy)]
         for i, res in enumerate(results):
             self.last_obs[i] = res.obs
             self.last_info[i] = res.info
@@ -215,7 +224,8 @@ class EnvironmentManagerBase:
         """Project and apply one model response per environment (entries for inactive environments are
         ignored and may be None).
 
-        Returns next observations of all environments, rewards (num_envs,) float, dones (num_envs,) bool
+        Returns next observations of all environments (prompts only for those still active, see
+        ``active_observations``), rewards (num_envs,) float, dones (num_envs,) bool
         (True for every environment that is no longer active) and infos; each stepped environment's info
         has ``is_action_valid`` and ``action`` (the projected text sent to it).
         """
@@ -224,7 +234,7 @@ class EnvironmentManagerBase:
         idx = np.flatnonzero(self.active).tolist()
         rewards = np.zeros(self.num_envs, dtype=np.float64)
         if not idx:
-            return self.observations(list(range(self.num_envs))), rewards, ~self.active, list(self.last_info)
+            return self.active_observations(), rewards, ~self.active, list(self.last_info)
         actions, valid = self.project_actions([text_actions[i] or "" for i in idx], idx)
         results = self.pool.step(idx, actions)
         self.memory.store(
@@ -253,7 +263,7 @@ class EnvironmentManagerBase:
             self.last_info[i] = info
             if res.done or self.step_count[i] >= self.max_steps:
                 self.active[i] = False
-        return self.observations(list(range(self.num_envs))), rewards, ~self.active, list(self.last_info)
+        return self.active_observations(), rewards, ~self.active, list(self.last_info)
 
     def project_actions(self, responses: Sequence[str], indices: Sequence[int]) -> tuple[list[str], np.ndarray]:
         """Model responses -> (actions sent to the environments, validity mask). Never raises."""
@@ -261,10 +271,24 @@ class EnvironmentManagerBase:
         valid = np.zeros(len(responses), dtype=bool)
         for j, (text, i) in enumerate(zip(responses, indices)):
             parsed: ParsedAction = parse_tagged_response(text, require_think=self.config.require_think)
+            if not parsed.valid:
+                actions.append(self.action_for_malformed(parsed))
+                continue
             action, legal = self.parse_action(parsed.action, self.last_info[i])
             actions.append(action)
-            valid[j] = parsed.valid and legal
+            valid[j] = legal
         return actions, valid
+
+    def active_observations(self) -> Observations:
+        """Observations of all environments, with prompts built only for the active ones ("" elsewhere:
+        a finished environment is never prompted again)."""
+        idx = np.flatnonzero(self.active).tolist()
+        built = self.observations(idx)
+        text = [""] * self.num_envs
+        for j, i in enumerate(idx):
+            text[i] = built.text[j]
+        anchors = [self.anchor_observation(self.last_obs[i], self.last_info[i]) for i in range(self.num_envs)]
+        return Observations(text=text, anchor=anchors, image=[self.last_info[i].get("image") for i in range(self.num_envs)])
 
     def observations(self, indices: Sequence[int]) -> Observations:
         anchors = [self.anchor_observation(self.last_obs[i], self.last_info[i]) for i in indices]

@@ -115,3 +115,13 @@ class RolloutBatch:
     steps: list[StepRecord]
     trajectories: list[TrajectoryRecord]
     metrics: dict[str, float] = field(default_factory=dict)
+
+
+def active_mask(batch: RolloutBatch):
+    """(max_length, num_trajectories) bool numpy array: True where trajectory k was still active (was
+    given a generation) at step t, in the order of ``batch.trajectories``."""
+    import numpy as np
+
+    lengths = np.array([t.length for t in batch.trajectories], dtype=np.int64)
+    horizon = int(lengths.max()) if len(lengths) else 0
+    return np.arange(horizon)[:, None] < lengths[None, :]

@@ -1,0 +1,231 @@
+"""TrajectoryCollector: runs B x G episodes with any Generator and returns one training sample per step.
+
+Per step, for the environments still active only: the raw (anchor) observation goes to the optional
+experience provider, the messages become [system: experience text (when non-empty), user: prompt], the
+generator answers all of them in one call, the manager projects and applies the answers, and the optional
+step observer sees the new StepRecords. Finished environments cost no generation.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from agent_system.environments.base import EnvironmentManagerBase, Observations
+from agent_system.multi_turn_rollout.protocols import (
+    ExperienceProvider,
+    Generator,
+    Message,
+    RolloutBatch,
+    SamplingParams,
+    StepExperience,
+    StepObserver,
+    StepQuery,
+    StepRecord,
+    TrajectoryRecord,
+)
+
+_INFO_DROP = ("image",)  # large per-step info entries not kept in the records
+
+
+def user_message(prompt: str, image: np.ndarray | None) -> Message:
+    """The user turn: text only, or [image, text] parts when the environment renders images."""
+    if image is None:
+        return {"role": "user", "content": prompt}
+    return {"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": prompt}]}
+
+
+def build_messages(prompt: str, image: np.ndarray | None, experience: StepExperience) -> tuple[list[Message], list[Message]]:
+    """(messages given to the policy, the same without experiences)."""
+    user = user_message(prompt, image)
+    plain = [user]
+    if experience.text:
+        return [{"role": "system", "content": experience.text}, user], plain
+    return plain, plain
+
+
+def failure_category(reason: str) -> str:
+    """A metric-friendly category of a failure reason: the text before the first colon."""
+    return reason.split(":", 1)[0].strip()
+
+
+def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
+    """Success rate (overall and per task type), episode reward and length, valid-action ratio, failures."""
+    trajs = batch.trajectories
+    metrics: dict[str, float] = {"num_trajectories": float(len(trajs)), "num_steps": float(len(batch.steps))}
+    if not trajs:
+        return metrics
+    success = np.array([t.success for t in trajs], dtype=np.float64)
+    rewards = np.array([t.episode_reward for t in trajs], dtype=np.float64)
+    lengths = np.array([t.length for t in trajs], dtype=np.float64)
+    metrics.update(
+        {
+            "success_rate": float(success.mean()),
+            "episode_reward/mean": float(rewards.mean()),
+            "episode_reward/max": float(rewards.max()),
+            "episode_reward/min": float(rewards.min()),
+            "episode_length/mean": float(lengths.mean()),
+            "episode_length/max": float(lengths.max()),
+        }
+    )
+    if batch.steps:
+        metrics["valid_action_ratio"] = float(np.mean([s.is_action_valid for s in batch.steps]))
+    by_type: dict[str, list[float]] = defaultdict(list)
+    for t, s in zip(trajs, success):
+        if t.task_type is not None:
+            by_type[str(t.task_type)].append(s)
+    for task_type, values in by_type.items():
+        metrics[f"success_rate/{task_type}"] = float(np.mean(values))
+    failures = [failure_category(t.failure_reason) for t in trajs if t.failure_reason]
+    metrics["failures/total"] = float(len(failures))
+    for category in set(failures):
+        metrics[f"failures/{category}"] = float(failures.count(category))
+    return metrics
+
+
+class TrajectoryCollector:
+    """Engine-agnostic multi-turn rollout over an EnvironmentManagerBase.
+
+    dynamic_sampling: drop task groups whose episode rewards are all equal (no learning signal for a
+    group-relative advantage) and roll out fresh tasks, up to ``max_num_gen_batches`` rollouts in all;
+    if fewer than B informative groups are found, the batch is filled up with dropped groups (reported
+    in ``dynamic_sampling/filled_groups``) so that it always holds B groups.
+    """
+
+    def __init__(self, dynamic_sampling: bool = False, max_num_gen_batches: int = 4, progress: bool = False):
+        if max_num_gen_batches < 1:
+            raise ValueError(f"max_num_gen_batches={max_num_gen_batches} must be >= 1")
+        self.dynamic_sampling = dynamic_sampling
+        self.max_num_gen_batches = max_num_gen_batches
+        self.progress = progress
+        self.generation_calls = 0  # generator.generate calls made by this collector (all rollouts)
+
+    def collect(
+        self,
+        envs: EnvironmentManagerBase,
+        generator: Generator,
+        sampling: SamplingParams,
+        experience_provider: ExperienceProvider | None = None,
+        step_observer: StepObserver | None = None,
+        seeds: Sequence[int] | None = None,
+        dynamic_sampling: bool | None = None,
+    ) -> RolloutBatch:
+        """Roll out B tasks x G copies (``seeds``: the B task seeds of the first rollout; default: the
+        manager's next seeds) and return every step sample, every trajectory and the metrics."""
+        use_ds = self.dynamic_sampling if dynamic_sampling is None else dynamic_sampling
+        if not use_ds:
+            batch = self._rollout(envs, generator, sampling, experience_provider, step_observer, seeds)
+            batch.metrics.update(rollout_metrics(batch))
+            return batch
+        return self._collect_dynamic(envs, generator, sampling, experience_provider, step_observer, seeds)
+
+    def _collect_dynamic(self, envs, generator, sampling, provider, observer, seeds) -> RolloutBatch:
+        kept: list[list[TrajectoryRecord]] = []
+        dropped: list[list[TrajectoryRecord]] = []
+        rounds = 0
+        while rounds < self.max_num_gen_batches and len(kept) < envs.num_tasks:
+            batch = self._rollout(envs, generator, sampling, provider, observer, seeds if rounds == 0 else None)
+            rounds += 1
+            for group in _groups(batch.trajectories):
+                rewards = np.array([t.episode_reward for t in group])
+                (kept if np.ptp(rewards) > 0 else dropped).append(group)
+        informative = len(kept)
+        groups = (kept + dropped)[: envs.num_tasks]
+        trajs = [t for g in groups for t in g]
+        out = RolloutBatch(steps=[s for t in trajs for s in t.steps], trajectories=trajs)
+        out.metrics.update(rollout_metrics(out))
+        out.metrics.update(
+            {
+                "dynamic_sampling/num_gen_batches": float(rounds),
+                "dynamic_sampling/informative_groups": float(informative),
+                "dynamic_sampling/filled_groups": float(max(0, envs.num_tasks - informative)),
+            }
+        )
+        return out
+
+    def _rollout(self, envs, generator, sampling, provider, observer, seeds) -> RolloutBatch:
+        obs, infos = envs.reset(seeds)
+        n = envs.num_envs
+        tasks = [str(info.get("task", "")) for info in infos]
+        task_types = [info.get("task_type") for info in infos]
+        per_env: list[list[StepRecord]] = [[] for _ in range(n)]
+        with tqdm(total=envs.max_steps, desc="rollout steps", disable=not self.progress, leave=False) as bar:
+            while envs.active.any():
+                idx = np.flatnonzero(envs.active).tolist()
+                records, obs = self._step(envs, generator, sampling, provider, obs, idx, tasks, task_types)
+                for i, rec in zip(idx, records):
+                    per_env[i].append(rec)
+                if observer is not None:
+                    observer.observe(records)
+                bar.update(1)
+        trajs = [
+            TrajectoryRecord(
+                uid=envs.uids[i],
+                traj_uid=envs.traj_uids[i],
+                task=tasks[i],
+                task_type=task_types[i],
+                steps=per_env[i],
+                episode_reward=float(envs.episode_reward[i]),
+                success=bool(envs.won[i]),
+                length=len(per_env[i]),
+                failure_reason=envs.failure_reason[i],
+            )
+            for i in range(n)
+        ]
+        return RolloutBatch(steps=[s for t in trajs for s in t.steps], trajectories=trajs)
+
+    def _step(self, envs, generator, sampling, provider, obs: Observations, idx, tasks, task_types) -> tuple[list[StepRecord], Observations]:
+        """One generation call for the active environments ``idx``, then one environment step; returns the
+        step records and the next observations."""
+        queries = [
+            StepQuery(anchor_obs=obs.anchor[i], task=tasks[i], task_type=task_types[i], uid=envs.uids[i], traj_uid=envs.traj_uids[i], step=int(envs.step_count[i]))
+            for i in idx
+        ]
+        experiences = list(provider.provide(queries)) if provider is not None else [StepExperience() for _ in idx]
+        if len(experiences) != len(idx):
+            raise ValueError(f"experience provider returned {len(experiences)} results for {len(idx)} queries")
+        conversations = [build_messages(obs.text[i], obs.image[i], e) for i, e in zip(idx, experiences)]
+        outputs = generator.generate([c[0] for c in conversations], sampling)
+        self.generation_calls += 1
+        if len(outputs) != len(idx):
+            raise ValueError(f"generator returned {len(outputs)} outputs for {len(idx)} conversations")
+        actions: list[str | None] = [None] * envs.num_envs
+        for i, out in zip(idx, outputs):
+            actions[i] = out.text
+        next_obs, rewards, dones, infos = envs.step(actions)
+        records = []
+        for (i, out), exp, (messages, plain), q in zip(zip(idx, outputs), experiences, conversations, queries):
+            info: dict[str, Any] = {k: v for k, v in infos[i].items() if k not in _INFO_DROP}
+            records.append(
+                StepRecord(
+                    uid=q.uid,
+                    traj_uid=q.traj_uid,
+                    step=q.step,
+                    anchor_obs=q.anchor_obs,
+                    messages=messages,
+                    plain_messages=plain,
+                    response_text=out.text,
+                    action=str(info.get("action", "")),
+                    prompt_ids=list(out.prompt_ids),
+                    response_ids=list(out.response_ids),
+                    logprobs=list(out.logprobs),
+                    reward=float(rewards[i]),
+                    is_action_valid=bool(info.get("is_action_valid", False)),
+                    done=bool(dones[i]),
+                    cluster_id=exp.cluster_id,
+                    experience_ids=tuple(exp.entry_ids),
+                    info=info,
+                )
+            )
+        return records, next_obs
+
+
+def _groups(trajectories: Sequence[TrajectoryRecord]) -> list[list[TrajectoryRecord]]:
+    """Trajectories grouped by uid, in first-seen order."""
+    groups: dict[str, list[TrajectoryRecord]] = {}
+    for t in trajectories:
+        groups.setdefault(t.uid, []).append(t)
+    return list(groups.values())

@@ -1,0 +1,47 @@
+"""FaultyEnv: a tiny counting environment that crashes, hangs or raises on request, to exercise the
+worker pools' failure handling.
+
+Observation "seed=S count=C"; every step adds 1 to the count and rewards 1. The episode is won after
+``win_after`` steps. Action "crash" kills the process (os._exit), "hang" sleeps far past any timeout,
+"raise" raises RuntimeError; anything else is an ordinary step.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from agent_system.environments.base import AgentEnv
+
+
+class FaultyEnv(AgentEnv):
+    def __init__(self, win_after: int = 3, hang_s: float = 3600.0):
+        self.win_after = win_after
+        self.hang_s = hang_s
+        self.seed = -1
+        self.count = 0
+
+    def _obs(self) -> str:
+        return f"seed={self.seed} count={self.count}"
+
+    def _info(self) -> dict[str, Any]:
+        return {"won": self.count >= self.win_after, "task": f"count to {self.win_after}", "task_type": "even" if self.seed % 2 == 0 else "odd", "pid": os.getpid()}
+
+    def reset(self, seed: int):
+        self.seed, self.count = int(seed), 0
+        return self._obs(), self._info()
+
+    def step(self, action: str):
+        if action == "crash":
+            os._exit(3)
+        if action == "hang":
+            time.sleep(self.hang_s)
+        if action == "raise":
+            raise RuntimeError("asked to raise")
+        self.count += 1
+        info = self._info()
+        return self._obs(), 1.0, info["won"], False, info
+
+    def expert_action(self) -> str:
+        return "count"
