@@ -6,6 +6,8 @@ Playing backwards guarantees the room is solvable: reversing the pulls gives a s
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from agent_system.environments.env_package.sokoban.room import ACTIONS, FLOOR, TARGET, WALL, Room, RoomState
@@ -63,6 +65,7 @@ def _reverse_play(rng: np.random.Generator, room: Room, start: RoomState, depth:
     return best, best_score
 
 
+@lru_cache(maxsize=4096)  # the G copies of a task ask for the same room; the result is never mutated
 def generate_room(seed: int, dim_room: tuple[int, int] = (6, 6), num_boxes: int = 1, search_depth: int = 30) -> tuple[Room, RoomState]:
     """The room and start state for ``seed`` (same seed, same room). At least one box starts off target."""
     h, w = dim_room
@@ -79,5 +82,6 @@ def generate_room(seed: int, dim_room: tuple[int, int] = (6, 6), num_boxes: int 
         solved = RoomState(player=int(cells[-1]), boxes=tuple(sorted(int(c) for c in cells[:num_boxes])))
         state, score = _reverse_play(rng, room, solved, search_depth, walks=4)
         if score > 0:
+            grid.setflags(write=False)  # shared through the cache
             return room, state
     raise RuntimeError(f"no solvable room found for seed={seed}, dim_room={dim_room}, num_boxes={num_boxes} after {_MAX_ATTEMPTS} attempts")
