@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 from verl.base_config import BaseConfig
@@ -57,7 +57,7 @@ class ForgeConfig(BaseConfig):
     warning_capacity_per_level: int = 50
     use_embeddings: bool = False
     embedding_model: str = "all-MiniLM-L6-v2"
-    success_threshold: float = 0.5
+    success_threshold: Optional[float] = 0.5  # None: the batch median
     retrieval_mode: str = "observation"
     enable_clustering: bool = True
     obs_similarity_threshold: float = 0.85
@@ -88,6 +88,8 @@ class ForgeConfig(BaseConfig):
         check_range(f"{p}.similarity_thresh", self.similarity_thresh, 0.0, 1.0)
         check_int(f"{p}.golden_capacity_per_level", self.golden_capacity_per_level, 0)
         check_int(f"{p}.warning_capacity_per_level", self.warning_capacity_per_level, 0)
+        if self.success_threshold is not None:
+            check_range(f"{p}.success_threshold", self.success_threshold)
         check_choice(f"{p}.retrieval_mode", self.retrieval_mode, RETRIEVAL_MODES)
         check_range(f"{p}.obs_similarity_threshold", self.obs_similarity_threshold, 0.0, 1.0)
         check_int(f"{p}.max_clusters", self.max_clusters, 1)

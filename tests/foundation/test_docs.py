@@ -1,0 +1,65 @@
+"""docs/configuration.md lists every key SLEA-RL adds, with the default the shipped config really has."""
+
+import json
+import re
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+ROOT = Path(__file__).resolve().parents[2]
+OWN_SECTIONS = ("env", "algorithm.forge", "algorithm.gigpo")
+OWN_KEYS = (
+    "trainer.engine", "trainer.project_name", "trainer.experiment_name", "trainer.logger", "trainer.resume_mode",
+    "data.train_batch_size", "data.val_batch_size", "algorithm.adv_estimator", "algorithm.gamma",
+    "algorithm.use_kl_in_reward", "algorithm.invalid_action_penalty_coef",
+)
+
+
+def _flatten(node, prefix):
+    for key, value in node.items():
+        if key == "_target_":
+            continue
+        if isinstance(value, dict):
+            yield from _flatten(value, f"{prefix}.{key}")
+        else:
+            yield f"{prefix}.{key}", value
+
+
+def _render(value):
+    if isinstance(value, str):
+        return value if value else '""'
+    return json.dumps(value)
+
+
+def _documented():
+    rows = re.findall(r"^\| `([^`]+)` \| `([^`]*)` \|", (ROOT / "docs/configuration.md").read_text(), re.M)
+    return dict(rows)
+
+
+def test_every_own_key_is_documented_with_its_default():
+    with initialize_config_dir(config_dir=str(ROOT / "recipe/forge/config"), version_base=None):
+        cfg = OmegaConf.to_container(compose("forge_trainer"), resolve=True)
+    expected = {}
+    for section in OWN_SECTIONS:
+        node = cfg
+        for part in section.split("."):
+            node = node[part]
+        expected.update(_flatten(node, section))
+    for key in OWN_KEYS:
+        node = cfg
+        for part in key.split("."):
+            node = node[part]
+        expected[key] = node
+    documented = _documented()
+    missing = sorted(set(expected) - set(documented))
+    assert not missing, f"keys missing from docs/configuration.md: {missing}"
+    wrong = {k: (documented[k], _render(v)) for k, v in expected.items() if documented[k] != _render(v)}
+    assert not wrong, f"documented default differs from the config (doc, config): {wrong}"
+
+
+def test_no_documented_key_is_stale():
+    with initialize_config_dir(config_dir=str(ROOT / "recipe/forge/config"), version_base=None):
+        cfg = compose("forge_trainer")
+    stale = [key for key in _documented() if OmegaConf.select(cfg, key, default="__missing__") == "__missing__"]
+    assert not stale, f"docs/configuration.md documents keys the config does not have: {stale}"
