@@ -1,9 +1,19 @@
 """verl plugin entry point (group ``verl.plugins``): ``import verl`` imports this module in every process.
 
-It registers SLEA-RL's advantage estimators in verl's registry. verl swallows errors raised here, so the
-tests check in a fresh subprocess that registration really happened.
+It registers, in verl's own registries:
+
+* the advantage estimators ``forge`` and ``gigpo`` (verl.trainer.ppo.core_algos);
+* the agent loop ``forge_agent`` (verl.experimental.agent_loop), used by the AgentLoopWorkers;
+* the trainer mode ``forge`` (verl.trainer.ppo.v1), used by verl's TaskRunner.
+
+verl swallows errors raised here (and logs them only at DEBUG level), so the tests check in a fresh
+subprocess that every registration really happened. The agent loop and trainer modules import verl
+submodules; by the time verl runs its plugins its own package initialisation is complete.
 """
 
 from recipe.forge.core_forge import register_with_verl
 
 register_with_verl()
+
+import recipe.forge.engines.verl.agent_loop  # noqa: E402,F401  registers forge_agent
+import recipe.forge.engines.verl.trainer  # noqa: E402,F401  registers trainer mode "forge"

@@ -1,0 +1,185 @@
+"""``forge_agent``: verl's AgentLoopBase running one SLEA-RL episode per ``run()``.
+
+Per step: the library (latest published snapshot) retrieves experiences for the raw observation, the messages
+``[system: experiences, user: observation prompt]`` are tokenised with verl's Continuous Token builder, verl's
+server manager generates, and the response is projected and applied to the environment in a thread pool.
+
+``run()`` returns one AgentLoopOutput per step; verl stores each as its own training row. Two verl gotchas
+(REFERENCE.md §3) shape the output:
+
+* verl copies the LAST element's ``reward_score`` onto every row, so every row carries the same episode return
+  as reward_score and the per-step data lives in ``extra_fields`` (keys: step_batch.STEP_FIELDS);
+* rows without ``extra_fields["reward_extra_info"]`` never reach the batch, so every row has one (episode
+  outcome scalars, which verl's validation also aggregates).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from uuid import uuid4
+
+from omegaconf import OmegaConf
+from PIL import Image
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+
+from agent_system.environments.config import env_config_from_mapping
+from agent_system.multi_turn_rollout.protocols import StepExperience, StepQuery
+from recipe.forge.engines.verl.episode import EpisodeSession, EpisodeView
+from recipe.forge.engines.verl.library_channel import NO_LIBRARY, WORKER_LIBRARY
+
+AGENT_NAME = "forge_agent"
+
+
+def build_messages(experience_text: str, view: EpisodeView) -> list[dict[str, Any]]:
+    """``[system: experiences]`` (only when there are any) + ``[user: prompt]``, with the image in image mode."""
+    messages: list[dict[str, Any]] = []
+    if experience_text:
+        messages.append({"role": "system", "content": experience_text})
+    if view.image is not None:
+        content = [{"type": "image", "image": Image.fromarray(view.image)}, {"type": "text", "text": view.prompt}]
+        messages.append({"role": "user", "content": content})
+    else:
+        messages.append({"role": "user", "content": view.prompt})
+    return messages
+
+
+@register(AGENT_NAME)
+class ForgeAgentLoop(AgentLoopBase):
+    """One environment episode = one ``run()`` = one training row per step."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        env_section = OmegaConf.to_container(self.config.env, resolve=True) if "env" in self.config else {}
+        self.env_config = env_config_from_mapping(env_section)
+        self.response_length = int(self.rollout_config.response_length)
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs) -> list[AgentLoopOutput]:
+        extra_info = dict(kwargs.get("extra_info") or {})
+        if "seed" not in extra_info:
+            raise ValueError("forge_agent rows need extra_info.seed (the task seed); build data with run_verl")
+        split = str(extra_info.get("split", "train"))
+        uid = str(kwargs.get("uid", uuid4().hex))
+        traj_uid = f"{uid}-{int(kwargs.get('session_id', 0))}"
+        version, provider = await WORKER_LIBRARY.refresh()
+
+        session = EpisodeSession(self.env_config, split, int(extra_info["seed"]))
+        env_seconds = time.perf_counter()
+        view = await session.reset()
+        env_seconds = time.perf_counter() - env_seconds
+        steps: list[dict[str, Any]] = []
+        won = False
+        try:
+            while not session.done and len(steps) < session.max_steps:
+                experience = self._retrieve(provider, view, uid, traj_uid, len(steps))
+                messages = build_messages(experience.text, view)
+                started = time.perf_counter()
+                generated = await self._generate(messages, sampling_params)
+                gen_seconds = time.perf_counter() - started
+                started = time.perf_counter()
+                outcome, next_view = await session.step(generated["text"])
+                env_seconds += time.perf_counter() - started
+                won = outcome.won
+                steps.append(
+                    {
+                        **generated,
+                        "view": view,
+                        "outcome": outcome,
+                        "experience": experience,
+                        "gen_seconds": gen_seconds,
+                    }
+                )
+                view = next_view
+        finally:
+            await session.close()
+        return self._outputs(steps, traj_uid, version, won, env_seconds)
+
+    # ------------------------------------------------------------------ steps
+    def _retrieve(self, provider: Any, view: EpisodeView, uid: str, traj_uid: str, step: int) -> StepExperience:
+        if provider is None:
+            return StepExperience()
+        query = StepQuery(
+            anchor_obs=view.anchor_obs, task=view.task, task_type=view.task_type, uid=uid, traj_uid=traj_uid, step=step
+        )
+        return provider.provide([query])[0]
+
+    async def _generate(self, messages: list[dict[str, Any]], sampling_params: dict[str, Any]) -> dict[str, Any]:
+        multi_modal_data = await self.process_multi_modal_info(messages)
+        images = multi_modal_data.get("images")
+        self._assert_mm_supported(bool(multi_modal_data))
+        prompt_ids = await self.ct_build_initial_tokens(messages, images=images)
+        output = await self.server_manager.generate(
+            request_id=uuid4().hex, prompt_ids=prompt_ids, sampling_params=sampling_params, image_data=images
+        )
+        response_ids = list(output.token_ids[: self.response_length])
+        logprobs = list(output.log_probs[: self.response_length]) if output.log_probs else None
+        return {
+            "prompt_ids": prompt_ids,
+            "response_ids": response_ids,
+            "logprobs": logprobs,
+            "text": self.tokenizer.decode(response_ids, skip_special_tokens=True),
+            "multi_modal_data": multi_modal_data or None,
+            "server_fields": dict(output.extra_fields),
+        }
+
+    # ---------------------------------------------------------------- outputs
+    def _outputs(
+        self, steps: list[dict[str, Any]], traj_uid: str, version: int, won: bool, env_seconds: float
+    ) -> list[AgentLoopOutput]:
+        episode_return = float(sum(s["outcome"].reward for s in steps))
+        n_valid = sum(s["outcome"].is_action_valid for s in steps)
+        failure = next((s["outcome"].failure_reason for s in steps if s["outcome"].failure_reason), None)
+        outcome_info = {
+            "episode_return": episode_return,
+            "success": float(won),
+            "episode_length": float(len(steps)),
+            "valid_action_ratio": float(n_valid / max(len(steps), 1)),
+        }
+        outputs = []
+        for index, s in enumerate(steps):
+            response_ids, logprobs = s["response_ids"], s["logprobs"]
+            mask = [1] * len(response_ids)
+            if not response_ids:
+                # An empty generation still is a step of the episode; one masked EOS keeps the row well formed.
+                response_ids, mask = [self.tokenizer.eos_token_id], [0]
+                logprobs = [0.0] if logprobs is not None else None
+            view, outcome, experience = s["view"], s["outcome"], s["experience"]
+            extra = {
+                "step_reward": outcome.reward,
+                "is_action_valid": outcome.is_action_valid,
+                "anchor_obs": view.anchor_obs,
+                "cluster_id": -1 if experience.cluster_id is None else int(experience.cluster_id),
+                "traj_uid": traj_uid,
+                "step_index": index,
+                "episode_return": episode_return,
+                "success": won,
+                "library_version": int(version) if version is not None else NO_LIBRARY,
+                "action": outcome.action,
+                "response_text": s["text"],
+                "task": view.task,
+                "task_type": view.task_type,
+                "experience_ids": list(experience.entry_ids),
+                "experience_text": experience.text,
+                "prompt_text": view.prompt,
+                "failure_reason": failure,
+                "reward_extra_info": dict(outcome_info),
+            }
+            global_steps = s["server_fields"].get("global_steps")
+            extra["min_global_steps"] = s["server_fields"].get("min_global_steps", global_steps)
+            extra["max_global_steps"] = s["server_fields"].get("max_global_steps", global_steps)
+            outputs.append(
+                AgentLoopOutput(
+                    prompt_ids=s["prompt_ids"],
+                    response_ids=response_ids,
+                    response_mask=mask,
+                    response_logprobs=logprobs,
+                    multi_modal_data=s["multi_modal_data"],
+                    reward_score=episode_return,
+                    num_turns=2,
+                    metrics=AgentLoopMetrics(
+                        generate_sequences=s["gen_seconds"], tool_calls=env_seconds / max(len(steps), 1)
+                    ),
+                    extra_fields=extra,
+                )
+            )
+        return outputs

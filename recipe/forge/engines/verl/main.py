@@ -1,0 +1,93 @@
+"""``trainer.engine=verl``: the same run config, trained with verl 0.9.1 on Ray (FSDP/Megatron, vLLM/SGLang).
+
+recipe/forge/main_forge.py dispatches here. :func:`run_verl`
+
+1. validates the config with SLEA-RL's schema (before Ray or any model starts);
+2. writes the task files verl's dataloader reads: one row per task, ``extra_info.seed`` being the environment
+   seed of the task (training seeds drawn from ``env.seed``; validation seeds ``env.val_seed_offset + i``, never
+   seen in training), ``agent_name=forge_agent``;
+3. points verl at the ``forge_agent`` loop and the ``forge`` trainer mode, with ``rollout.n = env.rollout.n``
+   (the G sessions of one prompt are the G environment copies of one task, so verl's uid is the task group);
+4. runs verl's own ``run_ppo`` with its V1 TaskRunner.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from recipe.forge.config_schema import validate_config
+from recipe.forge.engines.verl.agent_loop import AGENT_NAME
+from recipe.forge.engines.verl.trainer import TRAINER_MODE
+
+DEFAULT_TRAIN_TASKS = 100_000  # more rows than any run consumes; the dataloader reshuffles per epoch
+
+
+def task_rows(env_name: str, seeds: np.ndarray, split: str) -> pd.DataFrame:
+    """One verl dataset row per task; the prompt is a placeholder (the agent loop builds the real prompts)."""
+    return pd.DataFrame(
+        {
+            "data_source": [env_name] * len(seeds),
+            "prompt": [[{"role": "user", "content": f"{env_name} {split} task {int(s)}"}] for s in seeds],
+            "agent_name": [AGENT_NAME] * len(seeds),
+            "extra_info": [{"index": i, "seed": int(s), "split": split} for i, s in enumerate(seeds)],
+        }
+    )
+
+
+def task_seeds(env_cfg: Any, num_train: int, num_val: int) -> tuple[np.ndarray, np.ndarray]:
+    """Training seeds in [0, val_seed_offset) from ``env.seed``; validation seeds val_seed_offset + 0..num_val-1."""
+    rng = np.random.default_rng(int(env_cfg.seed))
+    train = rng.integers(0, int(env_cfg.val_seed_offset), size=num_train, dtype=np.int64)
+    val = int(env_cfg.val_seed_offset) + np.arange(num_val, dtype=np.int64)
+    return train, val
+
+
+def write_task_files(cfg: DictConfig, out_dir: str) -> tuple[str, str]:
+    """Write train.parquet / val.parquet under ``out_dir``; returns their paths."""
+    env = cfg.env
+    steps = cfg.trainer.get("total_training_steps") or 0
+    num_train = max(int(cfg.data.train_batch_size) * int(steps), DEFAULT_TRAIN_TASKS if not steps else 0)
+    num_val = int(cfg.data.get("val_batch_size") or cfg.data.train_batch_size)
+    train_seeds, val_seeds = task_seeds(env, num_train, num_val)
+    os.makedirs(out_dir, exist_ok=True)
+    paths = os.path.join(out_dir, "train.parquet"), os.path.join(out_dir, "val.parquet")
+    task_rows(env.env_name, train_seeds, "train").to_parquet(paths[0])
+    task_rows(env.env_name, val_seeds, "val").to_parquet(paths[1])
+    return paths
+
+
+def prepare_verl_config(cfg: DictConfig) -> DictConfig:
+    """A copy of ``cfg`` wired for the forge agent loop and trainer, with its task files written."""
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    task_dir = os.path.join(str(cfg.trainer.get("default_local_dir") or "checkpoints"), "forge_tasks")
+    train_path, val_path = write_task_files(cfg, task_dir)
+    with open_dict(cfg):
+        cfg.data.train_files = train_path
+        cfg.data.val_files = val_path
+        cfg.actor_rollout_ref.rollout.agent.default_agent_loop = AGENT_NAME
+        cfg.actor_rollout_ref.rollout.n = int(cfg.env.rollout.n)
+        cfg.trainer.v1.trainer_mode = TRAINER_MODE
+        cfg.trainer.use_v1 = True
+        cfg.trainer.engine = "verl"
+    return cfg
+
+
+def run_verl(cfg: DictConfig) -> None:
+    """Train with verl: validate, prepare the tasks, and hand the config to verl's ``run_ppo``."""
+    validate_config(cfg)
+    cfg = prepare_verl_config(cfg)
+
+    import recipe.forge.engines.verl.plugin  # noqa: F401  registrations in this (driver) process too
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config as verl_validate_config
+    from verl.utils.device import auto_set_device
+
+    auto_set_device(cfg)
+    verl_validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    run_ppo(cfg, task_runner_class=TaskRunnerV1)

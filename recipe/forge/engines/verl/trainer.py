@@ -1,0 +1,141 @@
+"""verl's synchronous V1 PPO trainer with SLEA-RL's step-level parts, registered as trainer mode ``forge``.
+
+Select it with ``trainer.v1.trainer_mode=forge`` (run_verl does). Compared with verl's ``sync`` trainer:
+
+* advantage step: rows are per-step samples of the ``forge_agent`` loop. Their token-level score is rebuilt
+  from extra_fields (episode return minus the step's invalid-action penalty; verl's own reward_score is the
+  last step's), and ``forge`` / ``gigpo`` group steps by (uid, cluster) / (uid, anchor) with discounted step
+  returns through recipe/forge/core_forge.py. Every other estimator in verl's registry runs verl's own step
+  on the rebuilt scores;
+* after each iteration, on the driver: episode metrics, library evolution from the iteration's trajectories,
+  publication of the new library version to the agent-loop workers, forge/* metrics, and a library checkpoint
+  every ``algorithm.forge.library_save_freq`` iterations (and with every trainer checkpoint);
+* optional self-distillation (algorithm.forge.use_distillation): see recipe/forge/engines/verl/distill.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import numpy as np
+import torch
+import transfer_queue as tq
+from tensordict import TensorDict
+from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils.debug import marked_timer
+from verl.workers.utils.padding import response_to_nested
+
+from recipe.forge.engines.verl import step_batch
+from recipe.forge.engines.verl.library_driver import LibraryDriver
+
+logger = logging.getLogger(__name__)
+
+TRAINER_MODE = "forge"
+
+
+def rows_to_step_data(batch: KVBatchMeta) -> tuple[np.ndarray, Any, list[dict], np.ndarray]:
+    """Fetch (uid (bs,), nested response_mask, extra_fields list, real-row mask (bs,)) of a TQ batch."""
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "response_mask", "extra_fields"])
+    uid = np.array(data["uid"].tolist(), dtype=object)
+    extra = [getattr(e, "data", e) for e in data["extra_fields"].tolist()]
+    real = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
+    return uid, data["response_mask"], extra, real
+
+
+def compute_batch_advantages(
+    estimator: str,
+    uid: np.ndarray,
+    response_mask: torch.Tensor,
+    extra_fields: list[dict],
+    real: np.ndarray,
+    algorithm: Any,
+) -> dict[str, torch.Tensor]:
+    """Token-level scores, and for step-level estimators advantages and returns, of a padded batch.
+
+    Args:
+        response_mask: (bs, response_len) padded.
+        extra_fields: (bs,) per-row dicts; padding rows (``real`` False) are ignored and get zeros.
+
+    Returns:
+        {"rm_scores": (bs, L)} plus {"advantages", "returns": (bs, L)} for forge / gigpo.
+    """
+    idx = np.flatnonzero(real)
+    steps = step_batch.step_arrays([extra_fields[i] for i in idx])
+    coef = float(step_batch._get(algorithm, "invalid_action_penalty_coef"))
+    mask = response_mask[idx]
+    scores = torch.zeros(response_mask.shape, dtype=torch.float32)
+    scores[idx] = step_batch.token_level_scores(steps, mask, coef)
+    out = {"rm_scores": scores}
+    if estimator in step_batch.STEP_ESTIMATORS:
+        adv, _ = step_batch.compute_step_advantage(estimator, scores[idx], mask, uid[idx], steps, algorithm)
+        advantages = torch.zeros(response_mask.shape, dtype=torch.float32)
+        advantages[idx] = adv.to(torch.float32)
+        out["advantages"] = advantages
+        out["returns"] = advantages.clone()
+    return out
+
+
+@register_trainer(TRAINER_MODE)
+class ForgeTrainer(PPOTrainerSync):
+    """verl's sync trainer + step-level advantages, library evolution and forge metrics."""
+
+    # verl's base class branches on ``trainer_mode == "sync"`` (replay buffer, checkpoint contents, prompt
+    # submission). This trainer IS the synchronous trainer, so it reports "sync" to those branches while
+    # being registered under its own name.
+    @property
+    def trainer_mode(self) -> str:
+        return "sync"
+
+    @trainer_mode.setter
+    def trainer_mode(self, value: str) -> None:
+        self.registered_mode = value
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.library = LibraryDriver.from_trainer_config(config)
+
+    def on_init_end(self):
+        super().on_init_end()
+        self.library.publish()
+
+    # ------------------------------------------------------------ advantage step
+    def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        estimator = str(self.config.algorithm.adv_estimator)
+        if estimator in step_batch.STEP_ESTIMATORS and self.config.algorithm.use_kl_in_reward:
+            raise ValueError(f"algorithm.use_kl_in_reward is not supported with the {estimator!r} estimator")
+        uid, nested_mask, extra, real = rows_to_step_data(batch)
+        padded_mask = TensorDict({"m": nested_mask}, batch_size=len(batch)).to_padded_tensor()["m"]
+        computed = compute_batch_advantages(estimator, uid, padded_mask, extra, real, self.config.algorithm)
+        fields = TensorDict(
+            {name: response_to_nested(value, nested_mask) for name, value in computed.items()}, batch_size=len(batch)
+        )
+        batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
+        if estimator not in step_batch.STEP_ESTIMATORS:
+            return super()._compute_advantage(batch, metrics)
+        return batch
+
+    # ------------------------------------------------------------- iteration end
+    def step(self, metrics: dict, timing_raw: dict) -> KVBatchMeta:
+        batch = super().step(metrics, timing_raw)
+        with marked_timer("forge_library", timing_raw, color="purple"):
+            _, _, extra, real = rows_to_step_data(batch)
+            rows = [extra[i] for i in np.flatnonzero(real)]
+            metrics.update(step_batch.episode_metrics(step_batch.step_arrays(rows)))
+            metrics.update(self.library.end_iteration(rows, self.global_steps))
+        return batch
+
+    def _save_checkpoint(self):
+        super()._save_checkpoint()
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        self.library.save(os.path.join(folder, "forge_library"))
+
+    def _load_checkpoint(self):
+        result = super()._load_checkpoint()
+        if self.global_steps > 0:
+            folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+            self.library.load_if_exists(os.path.join(folder, "forge_library"))
+        return result

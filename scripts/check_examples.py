@@ -1,0 +1,210 @@
+#!/usr/bin/env python
+"""Check every example script: compose its Hydra config with its overrides and validate it.
+
+For each ``*.sh`` under examples/ (or the paths given), every ``-m recipe.forge.main_forge`` command is
+extracted statically (no script is executed): line continuations are joined, the script's own variable
+assignments (``NAME=value``, ``NAME=${NAME:-default}``, ``export NAME=...``) are expanded with their defaults
+(the caller's environment is ignored, so the check is deterministic), and the command is split like a shell
+would. The overrides are then
+
+1. composed with Hydra against recipe/forge/config (a typo in a key fails here: verl's config is strict);
+2. validated with recipe.forge.config_schema.validate_config (SLEA-RL's keys and values);
+3. for ``trainer.engine=verl``, checked by verl's own ``validate_config`` (batch sizes against GPUs, micro
+   batches, ...) after the same wiring run_verl applies, and its typed actor and rollout sections are
+   instantiated (the model and critic sections load model files, so they are left to the run) (bad enum values fail here).
+
+Scripts with no training command (helpers such as retriever launchers) are listed as skipped. Exit status 1
+on any failure; the last line printed is a one-line summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIG_DIR = REPO / "recipe" / "forge" / "config"
+ENTRY = "recipe.forge.main_forge"
+_ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+@dataclass
+class Command:
+    script: Path
+    line: int
+    overrides: list[str]
+    config_name: str = "forge_trainer"
+
+
+@dataclass
+class Report:
+    checked: int = 0
+    failures: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def expand(text: str, variables: dict[str, str]) -> str:
+    """Expand ``${V}``, ``${V:-default}`` and ``$V`` with the script's variables (unknown: default or "")."""
+
+    def repl(match: re.Match) -> str:
+        name = match.group(1) or match.group(3)
+        if name in variables and variables[name] != "":
+            return variables[name]
+        default = match.group(2)
+        return expand(default, variables) if default is not None else ""
+
+    return _VAR.sub(repl, text)
+
+
+def logical_lines(source: str) -> list[tuple[int, str]]:
+    """Join backslash continuations and drop comments; returns (first line number, text)."""
+    lines: list[tuple[int, str]] = []
+    buffer, start = "", 0
+    for number, raw in enumerate(source.splitlines(), start=1):
+        stripped = raw.strip()
+        if not buffer and (not stripped or stripped.startswith("#")):
+            continue
+        if buffer and stripped.startswith("#"):
+            continue
+        if not buffer:
+            start = number
+        if stripped.endswith("\\"):
+            buffer += stripped[:-1] + " "
+            continue
+        lines.append((start, buffer + stripped))
+        buffer = ""
+    if buffer:
+        lines.append((start, buffer))
+    return lines
+
+
+def extract_commands(script: Path) -> list[Command]:
+    """Every main_forge command of a script, with the script's variables expanded."""
+    variables: dict[str, str] = {}
+    commands = []
+    for number, line in logical_lines(script.read_text()):
+        assign = _ASSIGN.match(line)
+        if assign and ENTRY not in line:
+            value = shlex.split(expand(assign.group(2), variables) or "''", posix=True)
+            variables[assign.group(1)] = value[0] if value else ""
+            continue
+        if ENTRY not in line:
+            continue
+        tokens = shlex.split(expand(line.replace('"$@"', "").replace("$@", ""), variables), posix=True)
+        rest = tokens[tokens.index(ENTRY) + 1 :]
+        config_name, overrides = "forge_trainer", []
+        i = 0
+        while i < len(rest):
+            token = rest[i]
+            if token == "--config-name":
+                config_name, i = rest[i + 1], i + 2
+                continue
+            if token.startswith("--config-name="):
+                config_name = token.split("=", 1)[1]
+            elif token in ("&&", "||", ";", "|") or token.startswith(("2>", ">", "&")):
+                break
+            elif token.startswith("-"):
+                raise ValueError(f"{script}:{number}: unsupported command-line flag {token!r}")
+            else:
+                overrides.append(token)
+            i += 1
+        commands.append(Command(script=script, line=number, overrides=overrides, config_name=config_name))
+    return commands
+
+
+def compose(command: Command):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        return hydra_compose(config_name=command.config_name, overrides=command.overrides)
+
+
+def check_verl_side(cfg) -> None:
+    """verl's own start-up checks on the config run_verl would hand it (without writing task files)."""
+    from omegaconf import OmegaConf, open_dict
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.utils.config import validate_config as verl_validate_config
+
+    from recipe.forge.engines.verl.agent_loop import AGENT_NAME
+
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    with open_dict(cfg):
+        cfg.actor_rollout_ref.rollout.agent.default_agent_loop = AGENT_NAME
+        cfg.actor_rollout_ref.rollout.n = int(cfg.env.rollout.n)
+    verl_validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
+    omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+
+
+def check_command(command: Command) -> None:
+    from recipe.forge.config_schema import validate_config
+
+    cfg = compose(command)
+    validated = validate_config(cfg)
+    if validated.engine == "verl":
+        check_verl_side(cfg)
+
+
+def example_scripts(paths: list[str]) -> list[Path]:
+    if paths:
+        return [Path(p).resolve() for p in paths]
+    return sorted((REPO / "examples").rglob("*.sh"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="*", help="scripts to check (default: every examples/**/*.sh)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print failures and the summary only")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("VERL_LOGGING_LEVEL", "ERROR")
+
+    report = Report()
+    scripts = example_scripts(args.paths)
+    for script in scripts:
+        name = os.path.relpath(script, REPO)
+        try:
+            commands = extract_commands(script)
+        except (ValueError, OSError) as exc:
+            report.failures.append(f"{name}: {exc}")
+            print(f"FAIL {name}: {exc}")
+            continue
+        if not commands:
+            report.skipped.append(name)
+            if not args.quiet:
+                print(f"skip {name}: no {ENTRY} command")
+            continue
+        for command in commands:
+            report.checked += 1
+            where = f"{name}:{command.line}"
+            try:
+                check_command(command)
+            except Exception as exc:  # every fault is reported, then the next command is checked
+                message = " ".join(str(exc).split())
+                report.failures.append(f"{where}: {type(exc).__name__}: {message}")
+                print(f"FAIL {where}: {type(exc).__name__}: {message}")
+                continue
+            if not args.quiet:
+                print(f"ok   {where} ({len(command.overrides)} overrides)")
+    if report.checked == 0:
+        report.failures.append(f"no {ENTRY} command found in {len(scripts)} scripts")
+        print(f"FAIL {report.failures[-1]}")
+    status = "FAILED" if report.failures else "OK"
+    print(
+        f"check_examples {status}: {len(scripts)} scripts, {report.checked} commands checked, "
+        f"{len(report.failures)} failed, {len(report.skipped)} skipped"
+    )
+    return 1 if report.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
