@@ -1,0 +1,124 @@
+"""Library evolution, once per iteration from that iteration's trajectories.
+
+1. Partition by outcome: success iff return > eta, with eta = ``success_threshold`` (or the batch median when
+   it is None). Trajectories that ended by a fault (``failure_reason`` set) teach nothing and are skipped.
+2. Select the top ``top_k_trajectories`` successes (highest return, then shortest) and the bottom
+   ``top_k_trajectories`` failures (lowest return, then longest).
+3. Extract candidates (rule-based or LLM), merge exact duplicates (support adds up), then keep at most
+   ``max_strategies`` golden and ``max_warnings`` warning candidates: highest score first, then support,
+   then spread over levels (the i-th candidate of each level before the (i+1)-th of any), then extraction order.
+4. Admit each (novelty merge / score-based admission), then prune.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from agent_system.multi_turn_rollout.protocols import TrajectoryRecord
+from recipe.forge.experience.library import GOLDEN, LEVELS, WARNING, Candidate, ExperienceLibrary
+
+
+class Extractor(Protocol):
+    stats: dict[str, int]
+
+    def extract(
+        self, successes: Sequence[TrajectoryRecord], failures: Sequence[TrajectoryRecord], threshold: float
+    ) -> list[Candidate]: ...
+
+
+def partition(
+    trajectories: Sequence[TrajectoryRecord], threshold: float | None
+) -> tuple[list[TrajectoryRecord], list[TrajectoryRecord], float]:
+    """(successes, failures, eta) among trajectories without a fault."""
+    usable = [t for t in trajectories if t.failure_reason is None]
+    if not usable:
+        return [], [], float(threshold) if threshold is not None else 0.0
+    returns = np.array([t.episode_reward for t in usable], dtype=np.float64)
+    eta = float(np.median(returns)) if threshold is None else float(threshold)
+    success = returns > eta
+    return [t for t, s in zip(usable, success) if s], [t for t, s in zip(usable, success) if not s], eta
+
+
+def select(
+    successes: Sequence[TrajectoryRecord], failures: Sequence[TrajectoryRecord], k: int
+) -> tuple[list[TrajectoryRecord], list[TrajectoryRecord]]:
+    best = sorted(successes, key=lambda t: (-t.episode_reward, t.length))[:k]
+    worst = sorted(failures, key=lambda t: (t.episode_reward, -t.length))[:k]
+    return best, worst
+
+
+def dedupe(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """Merge candidates with identical zone, level and text (max score, summed support, joined clusters)."""
+    merged: dict[tuple[str, str, str], Candidate] = {}
+    for cand in candidates:
+        key = (cand.zone, cand.level, cand.text)
+        have = merged.get(key)
+        if have is None:
+            merged[key] = Candidate(**{**cand.__dict__, "cluster_ids": list(cand.cluster_ids)})
+            continue
+        have.score = max(have.score, cand.score)
+        have.support += cand.support
+        have.cluster_ids.extend(c for c in cand.cluster_ids if c not in have.cluster_ids)
+    return list(merged.values())
+
+
+def rate_limit(candidates: Sequence[Candidate], zone: str, limit: int) -> list[Candidate]:
+    """At most ``limit`` candidates of ``zone``, ranked as described in the module docstring."""
+    ours = [c for c in candidates if c.zone == zone]
+    seen: dict[str, int] = {}
+    turn = [0] * len(ours)  # position of each candidate among its level's, by score
+    order = sorted(range(len(ours)), key=lambda i: (-ours[i].score, -ours[i].support, i))
+    for i in order:
+        turn[i] = seen.get(ours[i].level, 0)
+        seen[ours[i].level] = turn[i] + 1
+    ranked = sorted(range(len(ours)), key=lambda i: (-ours[i].score, -ours[i].support, turn[i],
+                                                      LEVELS[zone].index(ours[i].level), i))
+    return [ours[i] for i in ranked[:limit]]
+
+
+@dataclass
+class EvolutionResult:
+    strategies_added: int = 0
+    warnings_added: int = 0
+    merged: int = 0
+    rejected: int = 0
+    pruned: int = 0
+    successes: int = 0
+    failures: int = 0
+    candidates: int = 0
+    threshold: float = 0.0
+
+
+def evolve_library(
+    library: ExperienceLibrary,
+    extractor: Extractor,
+    trajectories: Sequence[TrajectoryRecord],
+    iteration: int,
+    *,
+    success_threshold: float | None,
+    top_k_trajectories: int,
+    max_strategies: int,
+    max_warnings: int,
+) -> EvolutionResult:
+    successes, failures, eta = partition(trajectories, success_threshold)
+    best, worst = select(successes, failures, top_k_trajectories)
+    candidates = dedupe(extractor.extract(best, worst, eta))
+    chosen = rate_limit(candidates, GOLDEN, max_strategies) + rate_limit(candidates, WARNING, max_warnings)
+    result = EvolutionResult(successes=len(successes), failures=len(failures), candidates=len(candidates),
+                             threshold=eta)
+    for cand in chosen:
+        outcome, _ = library.admit(cand, iteration)
+        if outcome == "added":
+            if cand.zone == GOLDEN:
+                result.strategies_added += 1
+            else:
+                result.warnings_added += 1
+        elif outcome == "merged":
+            result.merged += 1
+        else:
+            result.rejected += 1
+    result.pruned = library.prune()
+    return result

@@ -1,0 +1,132 @@
+"""Deterministic rule-based extraction: one candidate per level of the zone, from one trajectory.
+
+Golden zone (a successful trajectory, score = its return R):
+
+* principle: the plan's shape for the task type (the verbs of its valid actions, consecutive repeats collapsed);
+* method: the concrete action sequence for this task (consecutive repeats collapsed, long plans elided);
+* example: the decisive step (the first step with the highest reward; the last step if rewards never rise),
+  keyed by that step's observation.
+
+Warning zone (a failed trajectory, score = success threshold - R, so worse failures rank higher):
+
+* mistake: the invalid-action habit (share of invalid steps with an example) or, with none, the failed plan shape;
+* pattern: the loop (the most repeated action, when one repeats), else the action the episode spent most on;
+* diagnostic: the dead end (the last action and the observation it was taken at).
+
+Each candidate carries the task, task type, source observation and observation clusters it came from.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Sequence
+
+from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
+from recipe.forge.experience.library import GOLDEN, WARNING, Candidate
+
+MAX_PLAN_ACTIONS = 12
+MAX_QUOTE = 160
+
+
+def _quote(text: str, limit: int = MAX_QUOTE) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3].rstrip() + "..."
+
+
+def _collapse(items: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for item in items:
+        if not out or out[-1] != item:
+            out.append(item)
+    return out
+
+
+def _verbs(steps: Sequence[StepRecord]) -> list[str]:
+    return _collapse([s.action.split()[0].lower() for s in steps if s.is_action_valid and s.action.strip()])
+
+
+def _plan(steps: Sequence[StepRecord]) -> str:
+    actions = _collapse([" ".join(s.action.split()) for s in steps if s.action.strip()])
+    if len(actions) > MAX_PLAN_ACTIONS:
+        head, tail = MAX_PLAN_ACTIONS // 2, MAX_PLAN_ACTIONS - MAX_PLAN_ACTIONS // 2 - 1
+        actions = actions[:head] + [f"... ({len(actions) - head - tail} more)"] + actions[-tail:]
+    return "; ".join(actions)
+
+
+def _kind(traj: TrajectoryRecord) -> str:
+    return f"{traj.task_type} tasks" if traj.task_type else "tasks like this"
+
+
+def _candidate(traj: TrajectoryRecord, zone: str, level: str, text: str, score: float, step: StepRecord) -> Candidate:
+    clusters = [step.cluster_id] if step.cluster_id is not None else []
+    return Candidate(text=text, zone=zone, level=level, score=score, task=traj.task, task_type=traj.task_type,
+                     key=step.anchor_obs, cluster_ids=clusters)
+
+
+class RuleExtractor:
+    """``extract(successes, failures, threshold) -> list[Candidate]`` without any model."""
+
+    def __init__(self):
+        self.stats = {"llm_calls": 0, "malformed": 0}
+
+    def extract(
+        self, successes: Sequence[TrajectoryRecord], failures: Sequence[TrajectoryRecord], threshold: float
+    ) -> list[Candidate]:
+        out: list[Candidate] = []
+        for traj in successes:
+            out.extend(self.golden(traj))
+        for traj in failures:
+            out.extend(self.warning(traj, threshold))
+        return out
+
+    def golden(self, traj: TrajectoryRecord) -> list[Candidate]:
+        if not traj.steps:
+            return []
+        score = float(traj.episode_reward)
+        first = traj.steps[0]
+        verbs = _verbs(traj.steps) or ["(no valid action)"]
+        rewards = [s.reward for s in traj.steps]
+        best = max(range(len(rewards)), key=lambda i: (rewards[i], -i))
+        decisive = traj.steps[best] if rewards[best] > min(rewards) else traj.steps[-1]
+        return [
+            _candidate(traj, GOLDEN, "principle", f"For {_kind(traj)}, a plan of this shape succeeded: "
+                       f"{' -> '.join(verbs)}.", score, first),
+            _candidate(traj, GOLDEN, "method", f"To {_quote(traj.task, 120)}: {_plan(traj.steps)} "
+                       f"(solved in {len(traj.steps)} steps).", score, first),
+            _candidate(traj, GOLDEN, "example", f"At \"{_quote(decisive.anchor_obs)}\", the action "
+                       f"\"{_quote(decisive.action, 80)}\" moved the task forward.", score, decisive),
+        ]
+
+    def warning(self, traj: TrajectoryRecord, threshold: float) -> list[Candidate]:
+        if not traj.steps:
+            return []
+        score = float(threshold - traj.episode_reward)
+        steps = traj.steps
+        invalid = [s for s in steps if not s.is_action_valid]
+        if invalid:
+            sample = _quote(invalid[0].response_text or invalid[0].action, 80)
+            mistake = (f"{len(invalid)} of {len(steps)} actions were invalid (e.g. \"{sample}\"): answer with one "
+                       "admissible action in the required format.")
+            mistake_step = invalid[0]
+        else:
+            mistake = f"For {_kind(traj)}, this plan shape failed: {' -> '.join(_verbs(steps))}."
+            mistake_step = steps[0]
+        actions = [" ".join(s.action.split()) for s in steps if s.action.strip()]
+        counts = Counter(actions)
+        repeated, times = counts.most_common(1)[0] if counts else ("", 0)
+        loop_step = next((s for s in steps if " ".join(s.action.split()) == repeated), steps[0])
+        if times >= 2:
+            pattern = (f"Repeating \"{_quote(repeated, 80)}\" ({times} times in {len(steps)} steps) made no "
+                       "progress: after one try, choose a different action.")
+        else:
+            verb, n = Counter(a.split()[0].lower() for a in actions).most_common(1)[0] if actions else ("act", 0)
+            pattern = f"Spending {n} of {len(steps)} steps on \"{verb}\" actions did not reach the goal."
+        last = steps[-1]
+        diagnostic = (f"Failed \"{_quote(traj.task, 100)}\" after {len(steps)} steps (return "
+                      f"{traj.episode_reward:g}): the last action \"{_quote(last.action, 80)}\" at "
+                      f"\"{_quote(last.anchor_obs)}\" led nowhere.")
+        return [
+            _candidate(traj, WARNING, "mistake", mistake, score, mistake_step),
+            _candidate(traj, WARNING, "pattern", pattern, score, loop_step),
+            _candidate(traj, WARNING, "diagnostic", diagnostic, score, last),
+        ]

@@ -1,0 +1,158 @@
+"""ObservationIndex: the observation clusters that drive both step-level retrieval and the step advantage groups.
+
+An anchor observation ``o`` joins the cluster whose prototype is most similar, if ``sim(o, prototype) >=
+threshold`` (ties: the older cluster); otherwise it founds a new cluster with itself as prototype. ``sim`` is
+:func:`recipe.forge.experience.similarity.sequence_similarity`; candidate prototypes come from the sub-linear
+:class:`NearDuplicateIndex`. In exact mode (``exact=True``) clusters are identical anchors, GiGPO's grouping.
+
+Cluster ids are never reused (an evicted cluster's id stays retired), so an id is a stable advantage-group key
+across iterations. When the number of clusters exceeds ``max_clusters`` the least used cluster (fewest
+assignments, then least recently used, then oldest) is evicted; ``on_evict`` callbacks let the library drop
+its links to it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from recipe.forge.experience.similarity import LSHParams, NearDuplicateIndex
+
+
+@dataclass
+class Cluster:
+    cluster_id: int
+    prototype: str
+    uses: int  # observations assigned to it so far
+    created_iter: int
+    last_used_iter: int
+
+
+class ObservationIndex:
+    def __init__(
+        self,
+        threshold: float = 0.85,
+        max_clusters: int = 100_000,
+        exact: bool = False,
+        lsh: LSHParams | None = None,
+    ):
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold={threshold} must be in [0, 1]")
+        if max_clusters < 1:
+            raise ValueError(f"max_clusters={max_clusters} must be >= 1")
+        self.threshold = 1.0 if exact else float(threshold)
+        self.max_clusters = int(max_clusters)
+        self.exact = bool(exact)
+        self._search = NearDuplicateIndex(lsh, exact_only=self.exact)
+        self.clusters: dict[int, Cluster] = {}
+        self.next_id = 0
+        self.evicted = 0
+        self._heap: list[tuple[int, int, int]] = []  # lazy (uses, last_used_iter, id) entries
+        self.on_evict: list[Callable[[int], None]] = []
+
+    def __len__(self) -> int:
+        return len(self.clusters)
+
+    def __contains__(self, cluster_id: int) -> bool:
+        return cluster_id in self.clusters
+
+    def prototype(self, cluster_id: int) -> str:
+        return self.clusters[cluster_id].prototype
+
+    def match(self, obs: str) -> tuple[int, float] | None:
+        """(cluster id, similarity) of the cluster ``obs`` would join, without changing anything."""
+        return self._search.best(obs, self.threshold)
+
+    def similar_clusters(self, obs: str, threshold: float, limit: int | None = None) -> list[tuple[int, float]]:
+        """Clusters whose prototype has ``sim >= threshold`` with ``obs``, best first (read-only)."""
+        return self._search.search(obs, threshold, limit)
+
+    def assign(self, obs: str, iteration: int) -> int:
+        """Cluster id of ``obs``, founding a cluster when none is similar enough; counts the use."""
+        hit = self._search.best(obs, self.threshold)
+        if hit is None:
+            cluster = Cluster(self.next_id, obs, 0, iteration, iteration)
+            self.next_id += 1
+            self.clusters[cluster.cluster_id] = cluster
+            self._search.add(cluster.cluster_id, obs)
+        else:
+            cluster = self.clusters[hit[0]]
+        cluster.uses += 1
+        cluster.last_used_iter = iteration
+        heapq.heappush(self._heap, (cluster.uses, cluster.last_used_iter, cluster.cluster_id))
+        if len(self.clusters) > self.max_clusters:
+            self._evict(len(self.clusters) - self.max_clusters, keep=cluster.cluster_id)
+        return cluster.cluster_id
+
+    def assign_batch(self, observations: Sequence[str], iteration: int) -> list[int]:
+        """Assign in order (the result depends on order only through which observation founds a cluster)."""
+        return [self.assign(obs, iteration) for obs in observations]
+
+    def _evict(self, count: int, keep: int) -> None:
+        if len(self._heap) > 4 * len(self.clusters) + 64:
+            self._rebuild_heap()
+        spared = []
+        while count > 0 and self._heap:
+            uses, last, cid = heapq.heappop(self._heap)
+            cluster = self.clusters.get(cid)
+            if cluster is None or cluster.uses != uses or cluster.last_used_iter != last:
+                continue  # stale heap entry
+            if cid == keep:
+                spared.append((uses, last, cid))
+                continue
+            self._remove(cid)
+            count -= 1
+        for item in spared:
+            heapq.heappush(self._heap, item)
+
+    def _remove(self, cluster_id: int) -> None:
+        del self.clusters[cluster_id]
+        self._search.remove(cluster_id)
+        self.evicted += 1
+        for callback in self.on_evict:
+            callback(cluster_id)
+
+    def _rebuild_heap(self) -> None:
+        self._heap = [(c.uses, c.last_used_iter, c.cluster_id) for c in self.clusters.values()]
+        heapq.heapify(self._heap)
+
+    def size_stats(self) -> dict[str, float]:
+        """Cluster count and the distribution of assignments per cluster."""
+        uses = np.fromiter((c.uses for c in self.clusters.values()), dtype=np.int64, count=len(self.clusters))
+        if uses.size == 0:
+            return {"count": 0, "mean_uses": 0.0, "max_uses": 0, "singleton_share": 0.0, "evicted": self.evicted}
+        return {
+            "count": int(uses.size),
+            "mean_uses": float(uses.mean()),
+            "max_uses": int(uses.max()),
+            "singleton_share": float((uses == 1).mean()),
+            "evicted": self.evicted,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "threshold": self.threshold,
+            "max_clusters": self.max_clusters,
+            "exact": self.exact,
+            "next_id": self.next_id,
+            "evicted": self.evicted,
+            "clusters": [asdict(c) for c in self.clusters.values()],
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], lsh: LSHParams | None = None) -> "ObservationIndex":
+        index = cls(state["threshold"], state["max_clusters"], state["exact"], lsh)
+        index.next_id = int(state["next_id"])
+        index.evicted = int(state["evicted"])
+        for raw in state["clusters"]:
+            cluster = Cluster(**raw)
+            index.clusters[cluster.cluster_id] = cluster
+            index._search.add(cluster.cluster_id, cluster.prototype)
+        index._rebuild_heap()
+        return index
+
+    def cluster_ids(self) -> Iterable[int]:
+        return self.clusters.keys()

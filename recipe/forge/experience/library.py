@@ -1,0 +1,262 @@
+"""ExperienceLibrary: the golden zone (from successes) and warning zone (from failures), three levels each.
+
+Rules (SLEA-RL paper, REFERENCE.md §1):
+
+* capacity per level: ``golden_capacity`` for principle/method/example, ``warning_capacity`` for
+  mistake/pattern/diagnostic;
+* novelty: a candidate whose similarity to an entry of the same zone and level reaches ``novelty_threshold``
+  is merged into the most similar one (score becomes the max of both, support adds up, cluster links join);
+* admission: a novel candidate enters a full level only if its score beats the level's lowest entry, which it
+  replaces;
+* pruning keeps each level within capacity, dropping the lowest by (score, support, last update, then the older
+  entry).
+
+Similarity between entry texts is :func:`sequence_similarity`, or the cosine of sentence embeddings when an
+embedder is given. Entries also remember the observation (``key``) and task they were drawn from and the
+observation clusters they are linked to; retrieval searches those.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+from rapidfuzz import fuzz, process
+
+from recipe.forge.experience.similarity import LSHParams, NearDuplicateIndex
+
+GOLDEN = "golden"
+WARNING = "warning"
+LEVELS: dict[str, tuple[str, str, str]] = {
+    GOLDEN: ("principle", "method", "example"),
+    WARNING: ("mistake", "pattern", "diagnostic"),
+}
+
+Embed = Callable[[Sequence[str]], np.ndarray]  # texts -> (n, d) L2-normalised float32
+
+
+def check_zone_level(zone: str, level: str) -> None:
+    if zone not in LEVELS:
+        raise ValueError(f"zone={zone!r} is not one of {list(LEVELS)}")
+    if level not in LEVELS[zone]:
+        raise ValueError(f"level={level!r} is not a level of the {zone} zone; choose one of {list(LEVELS[zone])}")
+
+
+@dataclass
+class Candidate:
+    """An extracted experience before admission."""
+
+    text: str
+    zone: str
+    level: str
+    score: float
+    task: str = ""
+    task_type: str | None = None
+    key: str = ""  # the observation it was drawn from (retrieval matches observations against it)
+    cluster_ids: list[int] = field(default_factory=list)
+    support: int = 1
+
+    def __post_init__(self):
+        check_zone_level(self.zone, self.level)
+        if not self.text.strip():
+            raise ValueError("a candidate's text must not be empty")
+
+
+@dataclass
+class ExperienceEntry:
+    entry_id: int
+    text: str
+    zone: str
+    level: str
+    score: float
+    task: str
+    task_type: str | None
+    key: str
+    cluster_ids: list[int]
+    support: int = 1
+    retrieval_count: int = 0
+    created_iter: int = 0
+    updated_iter: int = 0
+
+    def rank_key(self) -> tuple:
+        """Larger is better: score, then support, then recency, then the older entry."""
+        return (self.score, self.support, self.updated_iter, -self.entry_id)
+
+
+class ExperienceLibrary:
+    def __init__(
+        self,
+        golden_capacity: int = 100,
+        warning_capacity: int = 50,
+        novelty_threshold: float = 0.85,
+        embed: Embed | None = None,
+        lsh: LSHParams | None = None,
+    ):
+        if golden_capacity < 0 or warning_capacity < 0:
+            raise ValueError(f"capacities must be >= 0, got golden={golden_capacity} warning={warning_capacity}")
+        self.capacity = {GOLDEN: int(golden_capacity), WARNING: int(warning_capacity)}
+        self.novelty_threshold = float(novelty_threshold)
+        self.embed = embed
+        self.entries: dict[int, ExperienceEntry] = {}
+        self.levels: dict[tuple[str, str], dict[int, None]] = {(z, l): {} for z in LEVELS for l in LEVELS[z]}
+        self.by_cluster: dict[int, set[int]] = {}
+        self.next_id = 0
+        self._keys = NearDuplicateIndex(lsh)
+        self._tasks = NearDuplicateIndex(lsh)
+        self._vectors: dict[int, np.ndarray] = {}  # entry id -> embedding of its text (novelty check)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def size(self, zone: str | None = None) -> int:
+        if zone is None:
+            return len(self.entries)
+        return sum(len(self.levels[(zone, level)]) for level in LEVELS[zone])
+
+    def level_entries(self, zone: str, level: str) -> list[ExperienceEntry]:
+        """Entries of one level, best first."""
+        check_zone_level(zone, level)
+        return sorted((self.entries[i] for i in self.levels[(zone, level)]), key=ExperienceEntry.rank_key, reverse=True)
+
+    # admission -----------------------------------------------------------------------------------------------
+
+    def admit(self, candidate: Candidate, iteration: int) -> tuple[str, int | None]:
+        """Apply novelty merge and score-based admission. Returns ("merged" | "added" | "rejected", entry id)."""
+        capacity = self.capacity[candidate.zone]
+        if capacity == 0:
+            return "rejected", None
+        twin = self.most_similar(candidate.text, candidate.zone, candidate.level)
+        if twin is not None and twin[1] >= self.novelty_threshold:
+            entry = self.entries[twin[0]]
+            entry.score = max(entry.score, float(candidate.score))
+            entry.support += candidate.support
+            for cid in candidate.cluster_ids:
+                self.link(entry.entry_id, cid)
+            entry.updated_iter = iteration
+            return "merged", entry.entry_id
+        level = self.levels[(candidate.zone, candidate.level)]
+        if len(level) >= capacity:
+            lowest = min((self.entries[i] for i in level), key=ExperienceEntry.rank_key)
+            if not candidate.score > lowest.score:
+                return "rejected", None
+            self.remove(lowest.entry_id)
+        return "added", self._insert(candidate, iteration)
+
+    def _insert(self, candidate: Candidate, iteration: int) -> int:
+        entry = ExperienceEntry(
+            entry_id=self.next_id,
+            text=candidate.text,
+            zone=candidate.zone,
+            level=candidate.level,
+            score=float(candidate.score),
+            task=candidate.task,
+            task_type=candidate.task_type,
+            key=candidate.key,
+            cluster_ids=[],
+            support=int(candidate.support),
+            created_iter=iteration,
+            updated_iter=iteration,
+        )
+        self.next_id += 1
+        self._store(entry)
+        for cid in candidate.cluster_ids:
+            self.link(entry.entry_id, cid)
+        return entry.entry_id
+
+    def _store(self, entry: ExperienceEntry) -> None:
+        self.entries[entry.entry_id] = entry
+        self.levels[(entry.zone, entry.level)][entry.entry_id] = None
+        self._keys.add(entry.entry_id, entry.key)
+        self._tasks.add(entry.entry_id, entry.task)
+        for cid in entry.cluster_ids:
+            self.by_cluster.setdefault(cid, set()).add(entry.entry_id)
+        if self.embed is not None:
+            self._vectors[entry.entry_id] = self.embed([entry.text])[0]
+
+    def remove(self, entry_id: int) -> None:
+        entry = self.entries.pop(entry_id)
+        del self.levels[(entry.zone, entry.level)][entry_id]
+        self._keys.remove(entry_id)
+        self._tasks.remove(entry_id)
+        self._vectors.pop(entry_id, None)
+        for cid in entry.cluster_ids:
+            linked = self.by_cluster.get(cid)
+            if linked is not None:
+                linked.discard(entry_id)
+                if not linked:
+                    del self.by_cluster[cid]
+
+    def prune(self) -> int:
+        """Bring every level back within capacity; returns how many entries were dropped."""
+        dropped = 0
+        for (zone, _), ids in self.levels.items():
+            excess = len(ids) - self.capacity[zone]
+            if excess > 0:
+                worst = sorted((self.entries[i] for i in ids), key=ExperienceEntry.rank_key)[:excess]
+                for entry in worst:
+                    self.remove(entry.entry_id)
+                dropped += excess
+        return dropped
+
+    def most_similar(self, text: str, zone: str, level: str) -> tuple[int, float] | None:
+        """(entry id, similarity) of the entry of that zone and level most similar to ``text`` (ties: older)."""
+        ids = list(self.levels[(zone, level)])
+        if not ids:
+            return None
+        if self.embed is not None:
+            sims = np.stack([self._vectors[i] for i in ids]) @ self.embed([text])[0]
+            best = int(np.argmax(sims))
+            return ids[best], float(sims[best])
+        best = process.extractOne(text, [self.entries[i].text for i in ids], scorer=fuzz.ratio)
+        return ids[best[2]], best[1] / 100.0
+
+    # cluster links -------------------------------------------------------------------------------------------
+
+    def link(self, entry_id: int, cluster_id: int) -> None:
+        entry = self.entries[entry_id]
+        if cluster_id not in entry.cluster_ids:
+            entry.cluster_ids.append(cluster_id)
+            self.by_cluster.setdefault(cluster_id, set()).add(entry_id)
+
+    def unlink_cluster(self, cluster_id: int) -> None:
+        for entry_id in self.by_cluster.pop(cluster_id, ()):
+            self.entries[entry_id].cluster_ids.remove(cluster_id)
+
+    # lookups used by retrieval -------------------------------------------------------------------------------
+
+    def top_for_cluster(self, cluster_id: int, zone: str, k: int) -> list[ExperienceEntry]:
+        linked = (self.entries[i] for i in self.by_cluster.get(cluster_id, ()))
+        return sorted((e for e in linked if e.zone == zone), key=ExperienceEntry.rank_key, reverse=True)[:k]
+
+    def search_keys(self, obs: str, threshold: float) -> list[tuple[ExperienceEntry, float]]:
+        """Entries whose source observation has ``sim >= threshold`` with ``obs``, most similar first."""
+        return [(self.entries[i], s) for i, s in self._keys.search(obs, threshold)]
+
+    def search_tasks(self, task: str, threshold: float) -> list[tuple[ExperienceEntry, float]]:
+        """Entries whose source task has ``sim >= threshold`` with ``task``, most similar first."""
+        return [(self.entries[i], s) for i, s in self._tasks.search(task, threshold)]
+
+    def all_entries(self) -> Iterable[ExperienceEntry]:
+        return self.entries.values()
+
+    # persistence ---------------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "golden_capacity": self.capacity[GOLDEN],
+            "warning_capacity": self.capacity[WARNING],
+            "novelty_threshold": self.novelty_threshold,
+            "next_id": self.next_id,
+            "entries": [asdict(e) for e in self.entries.values()],
+        }
+
+    @classmethod
+    def from_state(
+        cls, state: dict[str, Any], embed: Embed | None = None, lsh: LSHParams | None = None
+    ) -> "ExperienceLibrary":
+        library = cls(state["golden_capacity"], state["warning_capacity"], state["novelty_threshold"], embed, lsh)
+        library.next_id = int(state["next_id"])
+        for raw in state["entries"]:
+            library._store(ExperienceEntry(**{**raw, "cluster_ids": list(raw["cluster_ids"])}))
+        return library

@@ -1,0 +1,51 @@
+"""Metrics of the experience system that are computed from step records (vectorised)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from agent_system.multi_turn_rollout.protocols import StepRecord
+from recipe.forge.core_forge import combine_codes, factorize
+
+
+def step_group_stats(records: Sequence[StepRecord]) -> dict[str, float]:
+    """Size distribution of the step groups (same task uid and same cluster) the forge advantage will use.
+
+    Steps without a cluster id count as their own singleton group.
+    """
+    if not records:
+        return {"forge/step_groups": 0.0, "forge/step_group_mean_size": 0.0, "forge/step_group_max_size": 0.0,
+                "forge/step_group_singleton_share": 0.0}
+    uid_codes, _ = factorize([r.uid for r in records])
+    keys = [f"c{r.cluster_id}" if r.cluster_id is not None else f"solo{i}" for i, r in enumerate(records)]
+    cluster_codes, _ = factorize(keys)
+    group, n_groups = combine_codes(uid_codes, cluster_codes)
+    sizes = np.bincount(group, minlength=n_groups)
+    return {
+        "forge/step_groups": float(n_groups),
+        "forge/step_group_mean_size": float(sizes.mean()),
+        "forge/step_group_max_size": float(sizes.max()),
+        "forge/step_group_singleton_share": float((sizes == 1).mean()),
+    }
+
+
+@dataclass
+class RetrievalStats:
+    """Counters of what the provider injected since the last reset."""
+
+    queries: int = 0
+    hits: int = 0  # steps that received a non-empty experience message
+    injected: int = 0  # entries injected, summed over steps
+    fallbacks: int = 0  # steps served by the whole-library fallback
+
+    def as_metrics(self) -> dict[str, float]:
+        q = max(self.queries, 1)
+        return {
+            "forge/retrieval_queries": float(self.queries),
+            "forge/retrieval_hit_rate": self.hits / q,
+            "forge/experiences_per_step": self.injected / q,
+            "forge/retrieval_fallback_rate": self.fallbacks / q,
+        }

@@ -1,0 +1,86 @@
+"""Rendering retrieved entries into the system message, capped at ``max_tokens`` tokens.
+
+Styles:
+
+* ``compact``: a header line, then one bullet per entry (``+`` golden, ``!`` warning);
+* ``verbose``: a header, then per entry its zone, level, score and support, then the text.
+
+The token count is the policy tokenizer's (``len(tokenizer.encode(text, add_special_tokens=False))``); without
+a tokenizer, whitespace-separated words stand in for tokens. Entries are added best first while they fit; the
+first entry that does not fit is cut at the remaining token budget and rendering stops, so the result never
+exceeds ``max_tokens``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from recipe.forge.experience.library import GOLDEN, ExperienceEntry
+
+STYLES = ("compact", "verbose")
+HEADER = {
+    "compact": "Lessons from past episodes (+ do, ! avoid):",
+    "verbose": "Experience library: strategies that worked (golden) and mistakes to avoid (warning).",
+}
+
+
+class ExperienceRenderer:
+    def __init__(self, max_tokens: int, style: str = "compact", tokenizer: Any | None = None):
+        if style not in STYLES:
+            raise ValueError(f"experience_style={style!r} is not one of {list(STYLES)}")
+        if max_tokens < 1:
+            raise ValueError(f"max_experience_length={max_tokens} must be >= 1")
+        self.max_tokens = int(max_tokens)
+        self.style = style
+        self.tokenizer = tokenizer
+
+    def count(self, text: str) -> int:
+        if self.tokenizer is None:
+            return len(text.split())
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def truncate(self, text: str, budget: int) -> str:
+        """The longest prefix of ``text`` of at most ``budget`` tokens (whole tokens / words)."""
+        if budget <= 0:
+            return ""
+        if self.tokenizer is None:
+            return " ".join(text.split()[:budget])
+        ids = self.tokenizer.encode(text, add_special_tokens=False)[:budget]
+        cut = self.tokenizer.decode(ids, skip_special_tokens=True)
+        while ids and self.count(cut) > budget:  # a decode/encode round trip can merge differently
+            ids = ids[:-1]
+            cut = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return cut
+
+    def line(self, entry: ExperienceEntry) -> str:
+        if self.style == "compact":
+            return f"{'+' if entry.zone == GOLDEN else '!'} {entry.text}"
+        return f"[{entry.zone}/{entry.level} score={entry.score:.2f} support={entry.support}] {entry.text}"
+
+    def render(self, entries: Sequence[ExperienceEntry]) -> tuple[str, tuple[int, ...]]:
+        """(system text, ids of the entries that made it in, fully or cut). Empty text for no entries."""
+        if not entries:
+            return "", ()
+        header = HEADER[self.style]
+        if self.count(header) >= self.max_tokens:
+            return self.truncate(header, self.max_tokens), ()
+        lines = [header]
+        shown: list[int] = []
+        for entry in entries:
+            text = self.line(entry)
+            if self.count("\n".join(lines + [text])) <= self.max_tokens:
+                lines.append(text)
+                shown.append(entry.entry_id)
+                continue
+            budget = self.max_tokens - self.count("\n".join(lines))
+            while budget > 0:  # joining can tokenize differently: shrink until the whole message fits
+                cut = self.truncate(text, budget)
+                if not cut.strip():
+                    break
+                if self.count("\n".join(lines + [cut])) <= self.max_tokens:
+                    lines.append(cut)
+                    shown.append(entry.entry_id)
+                    break
+                budget -= 1
+            break
+        return "\n".join(lines), tuple(shown)

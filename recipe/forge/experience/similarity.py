@@ -1,0 +1,185 @@
+"""The string similarity SLEA-RL clusters with, and a sub-linear near-duplicate search for it.
+
+Similarity (used for observation clusters, the retrieval fallback and the novelty check without embeddings)::
+
+    sim(a, b) = rapidfuzz.fuzz.ratio(a, b) / 100 = 1 - InDel(a, b) / (|a| + |b|) = 2 * LCS(a, b) / (|a| + |b|)
+
+on the raw strings (case- and whitespace-sensitive, no preprocessing), where InDel is the insertion/deletion
+edit distance and LCS the longest common subsequence; two empty strings have similarity 1. This is the
+quantity difflib's ``SequenceMatcher.ratio`` (GiGPO's similarity) approximates; difflib's greedy block matching
+can only find a shorter common subsequence, so ``sim >= difflib ratio``. It is the same metric as
+``recipe.forge.core_forge.similarity_step_groups``.
+
+:class:`NearDuplicateIndex` finds the stored strings with ``sim >= threshold`` without scanning them all:
+
+1. an exact-text hash map (a repeated observation costs one dict lookup);
+2. a MinHash LSH prefilter: each string becomes the set of its UTF-8 byte ``q``-grams; ``bands x rows`` MinHash
+   values (random affine permutations of the hashed q-gram modulo 2^32, vectorised in numpy) are grouped into
+   ``bands`` keys;
+   strings sharing a key in any band are candidates. Only the ``bucket_cap`` most recently added members of a
+   bucket are read, which bounds the work per query independently of the index size (buckets keep all members,
+   so the result depends only on the current contents, not on the history of removals: exact resume);
+3. a length filter (``sim >= t`` needs ``t / (2 - t) <= |a| / |b| <= (2 - t) / t``);
+4. exact confirmation of the remaining candidates with ``sim`` (rapidfuzz, C++).
+
+Steps 2 and the bucket cap are approximate: a true match can be missed (never a false match: every result is
+confirmed exactly). ``scripts/bench_library.py`` reports the recall against an exact linear scan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import islice
+from typing import Iterable
+
+import numpy as np
+from rapidfuzz import fuzz, process
+
+
+def sequence_similarity(a: str, b: str) -> float:
+    """``rapidfuzz.fuzz.ratio(a, b) / 100``: normalised InDel similarity in [0, 1] (see module docstring)."""
+    return fuzz.ratio(a, b, processor=None) / 100.0
+
+
+def length_bounds(length: int, threshold: float) -> tuple[float, float]:
+    """Lengths ``m`` a string must have for ``sim(a, b) >= threshold`` to be possible when ``|a| = length``."""
+    if threshold <= 0.0:
+        return 0.0, float("inf")
+    return length * threshold / (2.0 - threshold), length * (2.0 - threshold) / threshold
+
+
+@dataclass(frozen=True)
+class LSHParams:
+    """MinHash LSH shape. Defaults were chosen with ``scripts/bench_library.py`` on ALFWorld/WebShop-like text."""
+
+    qgram: int = 3
+    bands: int = 20
+    rows: int = 5
+    bucket_cap: int = 24
+    seed: int = 1234
+
+
+class MinHasher:
+    """Band keys of a string: (bands,) Python ints, identical in every process (no salted ``hash``).
+
+    A q-gram (q <= 4 bytes) is packed into a uint32, mixed by a Knuth multiplicative hash, and permuted by
+    ``bands * rows`` random odd-multiplier affine maps modulo 2^32 (bijections, vectorised); the minimum of each
+    map over the string's grams is one MinHash value.
+    """
+
+    def __init__(self, params: LSHParams):
+        if not 1 <= params.qgram <= 4:
+            raise ValueError(f"LSHParams.qgram={params.qgram} must be in [1, 4] (grams are packed into 32 bits)")
+        self.params = params
+        rng = np.random.default_rng(params.seed)
+        n = params.bands * params.rows
+        self._mul = rng.integers(1, 2**32, size=(n, 1), dtype=np.uint32) | np.uint32(1)
+        self._add = rng.integers(0, 2**32, size=(n, 1), dtype=np.uint32)
+        self._combine = rng.integers(1, 2**63, size=params.rows, dtype=np.uint64) | np.uint64(1)
+
+    def qgrams(self, text: str) -> np.ndarray:
+        """(n_grams,) uint32 codes of the byte q-grams (the q bytes packed into one integer, repeats kept)."""
+        q = self.params.qgram
+        data = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.uint32)
+        if data.size < q:
+            data = np.concatenate([data, np.zeros(q - data.size, dtype=np.uint32)])
+        n = data.size - q + 1
+        codes = data[:n].copy()
+        for i in range(1, q):
+            codes |= data[i : i + n] << np.uint32(8 * i)
+        return codes
+
+    def band_keys(self, text: str) -> list[int]:
+        grams = self.qgrams(text)
+        grams *= np.uint32(2654435761)
+        permuted = np.multiply(self._mul, grams[None, :])  # (bands*rows, n_grams), wraps modulo 2^32
+        permuted += self._add
+        signature = permuted.min(axis=1).astype(np.uint64).reshape(self.params.bands, self.params.rows)
+        return (signature * self._combine).sum(axis=1).tolist()  # uint64 arithmetic wraps: a hash of the band
+
+
+class NearDuplicateIndex:
+    """Integer ids -> strings, searchable for ``sim >= threshold`` in time independent of the number stored."""
+
+    def __init__(self, params: LSHParams | None = None, exact_only: bool = False):
+        """``exact_only``: skip the LSH tables (only exact-text lookups are served, e.g. GiGPO's hash grouping)."""
+        self.params = params or LSHParams()
+        self.exact_only = exact_only
+        self._hasher = MinHasher(self.params)
+        self._text: dict[int, str] = {}
+        self._keys: dict[int, list[int]] = {}
+        self._exact: dict[str, dict[int, None]] = {}
+        self._buckets: list[dict[int, dict[int, None]]] = [{} for _ in range(self.params.bands)]
+
+    def __len__(self) -> int:
+        return len(self._text)
+
+    def __contains__(self, item_id: int) -> bool:
+        return item_id in self._text
+
+    def text(self, item_id: int) -> str:
+        return self._text[item_id]
+
+    def ids(self) -> Iterable[int]:
+        return self._text.keys()
+
+    def add(self, item_id: int, text: str) -> None:
+        if item_id in self._text:
+            raise KeyError(f"id {item_id} is already in the index")
+        self._text[item_id] = text
+        self._exact.setdefault(text, {})[item_id] = None
+        keys = [] if self.exact_only else self._hasher.band_keys(text)
+        self._keys[item_id] = keys
+        for table, key in zip(self._buckets, keys):
+            table.setdefault(key, {})[item_id] = None
+
+    def remove(self, item_id: int) -> None:
+        text = self._text.pop(item_id)
+        same = self._exact[text]
+        del same[item_id]
+        if not same:
+            del self._exact[text]
+        for table, key in zip(self._buckets, self._keys.pop(item_id)):
+            bucket = table.get(key)
+            if bucket is not None and item_id in bucket:
+                del bucket[item_id]
+                if not bucket:
+                    del table[key]
+
+    def candidates(self, text: str) -> set[int]:
+        """Ids sharing an LSH band with ``text`` or equal to it (before the length filter and confirmation)."""
+        found: set[int] = set(self._exact.get(text, ()))
+        if self.exact_only:
+            return found
+        cap = self.params.bucket_cap
+        for table, key in zip(self._buckets, self._hasher.band_keys(text)):
+            bucket = table.get(key)
+            if bucket:
+                found.update(islice(reversed(bucket), cap))
+        return found
+
+    def search(self, text: str, threshold: float, limit: int | None = None) -> list[tuple[int, float]]:
+        """Stored ids with ``sim(text, stored) >= threshold``, best first (ties: smaller id), at most ``limit``."""
+        if threshold >= 1.0 or self.exact_only:
+            hits = [(i, 1.0) for i in sorted(self._exact.get(text, ()))]
+            return hits[:limit] if limit is not None else hits
+        low, high = length_bounds(len(text), threshold)
+        ids = [i for i in self.candidates(text) if low <= len(self._text[i]) <= high]
+        if not ids:
+            return []
+        cutoff = threshold * 100.0 - 1e-9
+        scores = process.cdist(
+            [text], [self._text[i] for i in ids], scorer=fuzz.ratio, dtype=np.float64, score_cutoff=cutoff
+        )[0]
+        keep = np.flatnonzero(scores >= cutoff)
+        ranked = sorted(((-float(scores[k]), ids[k]) for k in keep))
+        hits = [(i, -s / 100.0) for s, i in ranked]
+        return hits[:limit] if limit is not None else hits
+
+    def best(self, text: str, threshold: float) -> tuple[int, float] | None:
+        """The most similar stored id with ``sim >= threshold`` (ties: the smaller id), or None."""
+        exact = self._exact.get(text)
+        if exact:
+            return min(exact), 1.0
+        hits = self.search(text, threshold, limit=1)
+        return hits[0] if hits else None

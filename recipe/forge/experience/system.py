@@ -1,0 +1,266 @@
+"""ExperienceSystem: the one object the engines use (library + observation index + retrieval + evolution + store).
+
+    system = ExperienceSystem.from_config(forge_cfg, tokenizer=None, llm=None)
+    system.begin_iteration(i)
+    rollout(..., experience_provider=system.provider)      # clusters every step, injects after warm-up
+    metrics = system.evolve(batch.trajectories, i)          # once per iteration; saves every library_save_freq
+    system.save(dir) / ExperienceSystem.load(dir, forge_cfg)
+
+Distributed use: ``snap = system.snapshot()`` is a plain, picklable, JSON-serialisable read-only view with a
+``version``; a worker builds ``ExperienceSystem.from_snapshot(snap).provider``, which never changes the
+library. It gives a step the id of an existing cluster when the observation matches one, else a provisional
+negative id (stable for equal text); the driver calls ``system.absorb(records)`` before computing advantages,
+which replaces provisional ids by real clusters and records retrieval links and counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from agent_system.multi_turn_rollout.protocols import StepExperience, StepQuery, StepRecord, TrajectoryRecord
+from recipe.forge.experience.evolution import evolve_library
+from recipe.forge.experience.extract_llm import LLMExtractor
+from recipe.forge.experience.extract_rule import RuleExtractor
+from recipe.forge.experience.index import ObservationIndex
+from recipe.forge.experience.library import GOLDEN, WARNING, ExperienceLibrary
+from recipe.forge.experience.metrics import RetrievalStats, step_group_stats
+from recipe.forge.experience.render import ExperienceRenderer
+from recipe.forge.experience.retrieval import Retriever, gates_open
+from recipe.forge.experience.similarity import LSHParams
+from recipe.forge.experience.store import load_payload, save_payload
+
+CONFIG_KEYS = (
+    "golden_capacity_per_level", "warning_capacity_per_level", "use_embeddings", "embedding_model",
+    "success_threshold", "retrieval_mode", "enable_clustering", "obs_similarity_threshold", "max_clusters",
+    "top_k_golden", "top_k_warning", "max_experience_length", "experience_style", "library_save_freq",
+    "checkpoint_dir", "warmup_iterations", "min_library_size", "top_k_trajectories", "max_strategies_per_iter",
+    "max_warnings_per_iter", "novelty_threshold", "extractor",
+)
+
+
+def config_dict(cfg: Any) -> dict[str, Any]:
+    """The experience keys of a ForgeConfig (or any mapping / object with those attributes)."""
+    get = cfg.get if isinstance(cfg, dict) else (lambda k, d=None: getattr(cfg, k, d))
+    missing = [k for k in CONFIG_KEYS if get(k, None) is None and k != "success_threshold"]
+    if missing:
+        raise ValueError(f"forge config lacks the experience keys {missing}")
+    return {k: get(k, None) for k in CONFIG_KEYS}
+
+
+def provisional_cluster_id(obs: str) -> int:
+    """A negative id, equal for equal text in every process, for an observation no known cluster matches."""
+    return -1 - int.from_bytes(hashlib.blake2b(obs.encode("utf-8"), digest_size=7).digest(), "big")
+
+
+@dataclass
+class LibrarySnapshot:
+    """Read-only view of the library and index at one version (plain data: picklable and JSON-ready)."""
+
+    version: int
+    iteration: int
+    config: dict[str, Any]
+    library: dict[str, Any]
+    index: dict[str, Any]
+
+
+class ExperienceProviderImpl:
+    """Implements ``agent_system.multi_turn_rollout.protocols.ExperienceProvider`` for an ExperienceSystem."""
+
+    def __init__(self, system: "ExperienceSystem"):
+        self.system = system
+
+    def provide(self, queries: Sequence[StepQuery]) -> list[StepExperience]:
+        return self.system.provide(queries)
+
+
+class ExperienceSystem:
+    def __init__(self, cfg: Any, tokenizer: Any | None = None, llm: Callable[[str], str] | None = None,
+                 embedder: Callable | None = None, lsh: LSHParams | None = None, read_only: bool = False):
+        self.cfg = config_dict(cfg)
+        c = self.cfg
+        if c["use_embeddings"] and embedder is None:
+            from recipe.forge.experience.embeddings import TextEmbedder
+
+            embedder = TextEmbedder(c["embedding_model"])
+        self.embedder = embedder if c["use_embeddings"] else None
+        self.lsh = lsh
+        self.library = ExperienceLibrary(c["golden_capacity_per_level"], c["warning_capacity_per_level"],
+                                         c["novelty_threshold"], self.embedder, lsh)
+        self.index = ObservationIndex(c["obs_similarity_threshold"], c["max_clusters"],
+                                      exact=not c["enable_clustering"], lsh=lsh)
+        self.index.on_evict.append(self.library.unlink_cluster)
+        self.renderer = ExperienceRenderer(c["max_experience_length"], c["experience_style"], tokenizer)
+        self.retriever = Retriever(self.library, c["retrieval_mode"], c["top_k_golden"], c["top_k_warning"],
+                                   c["obs_similarity_threshold"], self.embedder)
+        if c["extractor"] == "llm" and not read_only:
+            if llm is None:
+                raise ValueError("algorithm.forge.extractor='llm' needs an llm callable (or OpenAICompatibleLLM)")
+            self.extractor = LLMExtractor(llm)
+        else:
+            self.extractor = RuleExtractor()
+        self.read_only = read_only
+        self.iteration = 0
+        self.version = 0
+        self.stats = RetrievalStats()
+        self.totals = {"strategies_added": 0, "warnings_added": 0, "merged": 0, "rejected": 0, "pruned": 0}
+        self.provider = ExperienceProviderImpl(self)
+
+    @classmethod
+    def from_config(cls, forge_cfg: Any, tokenizer: Any | None = None, llm: Callable[[str], str] | None = None,
+                    **kwargs) -> "ExperienceSystem":
+        return cls(forge_cfg, tokenizer=tokenizer, llm=llm, **kwargs)
+
+    # per step ------------------------------------------------------------------------------------------------
+
+    @property
+    def injecting(self) -> bool:
+        return gates_open(self.iteration, len(self.library), self.cfg["warmup_iterations"],
+                          self.cfg["min_library_size"])
+
+    def begin_iteration(self, iteration: int) -> None:
+        self.iteration = int(iteration)
+        self.stats = RetrievalStats()
+
+    def provide(self, queries: Sequence[StepQuery]) -> list[StepExperience]:
+        """Cluster every query (always, also in warm-up) and, once the gates are open, render experiences."""
+        cluster_ids = [self._cluster(q.anchor_obs) for q in queries]
+        self.stats.queries += len(queries)
+        if not self.injecting:
+            return [StepExperience("", cid, ()) for cid in cluster_ids]
+        out = []
+        for query, cid in zip(queries, cluster_ids):
+            found = self.retriever.retrieve(query.anchor_obs, query.task, cid if cid >= 0 else None)
+            text, shown = self.renderer.render(found.entries)
+            if not self.read_only:
+                for entry_id in found.new_links:
+                    self.library.link(entry_id, cid)
+                for entry_id in shown:
+                    self.library.entries[entry_id].retrieval_count += 1
+            self.stats.hits += bool(shown)
+            self.stats.injected += len(shown)
+            self.stats.fallbacks += found.fallback
+            out.append(StepExperience(text, cid, tuple(str(i) for i in shown)))
+        return out
+
+    def _cluster(self, obs: str) -> int:
+        if not self.read_only:
+            return self.index.assign(obs, self.iteration)
+        hit = self.index.match(obs)
+        return hit[0] if hit is not None else provisional_cluster_id(obs)
+
+    def absorb(self, records: Sequence[StepRecord]) -> None:
+        """Driver side of distributed rollouts: give provisional clusters real ids (in place) and record the
+        links and retrieval counts of experiences that snapshot providers injected."""
+        for record in records:
+            if record.cluster_id is None or record.cluster_id < 0:
+                record.cluster_id = self.index.assign(record.anchor_obs, self.iteration)
+            elif record.cluster_id in self.index:
+                self.index.assign(self.index.prototype(record.cluster_id), self.iteration)
+            for raw in record.experience_ids:
+                entry_id = int(raw)
+                if entry_id in self.library.entries:
+                    self.library.entries[entry_id].retrieval_count += 1
+                    if record.cluster_id in self.index:
+                        self.library.link(entry_id, record.cluster_id)
+
+    # per iteration -------------------------------------------------------------------------------------------
+
+    def evolve(self, trajectories: Sequence[TrajectoryRecord], iteration: int) -> dict[str, float]:
+        """Evolve the library from this iteration's trajectories; save every library_save_freq iterations."""
+        if self.read_only:
+            raise RuntimeError("a snapshot-backed ExperienceSystem is read-only; evolve the driver's system")
+        self.iteration = int(iteration)
+        c = self.cfg
+        result = evolve_library(
+            self.library, self.extractor, trajectories, iteration,
+            success_threshold=c["success_threshold"], top_k_trajectories=c["top_k_trajectories"],
+            max_strategies=c["max_strategies_per_iter"], max_warnings=c["max_warnings_per_iter"],
+        )
+        self.version += 1
+        for key in self.totals:
+            self.totals[key] += getattr(result, key)
+        metrics = {
+            "forge/strategies_added": float(result.strategies_added),
+            "forge/warnings_added": float(result.warnings_added),
+            "forge/candidates_merged": float(result.merged),
+            "forge/candidates_rejected": float(result.rejected),
+            "forge/entries_pruned": float(result.pruned),
+            "forge/success_threshold": result.threshold,
+        }
+        metrics.update(step_group_stats([s for t in trajectories for s in t.steps]))
+        metrics.update(self.metrics())
+        if (iteration + 1) % c["library_save_freq"] == 0:
+            self.save(c["checkpoint_dir"])
+        return metrics
+
+    def metrics(self) -> dict[str, float]:
+        out = {
+            "forge/library_golden_size": float(self.library.size(GOLDEN)),
+            "forge/library_warning_size": float(self.library.size(WARNING)),
+            "forge/library_total_size": float(len(self.library)),
+            "forge/cluster_count": float(len(self.index)),
+            "forge/clusters_evicted": float(self.index.evicted),
+            "forge/library_version": float(self.version),
+            "forge/injecting": float(self.injecting),
+        }
+        out.update(self.stats.as_metrics())
+        for key, value in self.extractor.stats.items():
+            out[f"forge/extractor_{key}"] = float(value)
+        return out
+
+    # persistence ---------------------------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "iteration": self.iteration,
+            "version": self.version,
+            "library": self.library.state_dict(),
+            "index": self.index.state_dict(),
+            "counters": {"totals": dict(self.totals), "extractor": dict(self.extractor.stats),
+                         "retrieval": asdict(self.stats)},
+            "config": dict(self.cfg),
+        }
+
+    def save(self, directory: str | Path) -> Path:
+        return save_payload(directory, self.state())
+
+    def _restore(self, payload: dict[str, Any]) -> None:
+        self.library = ExperienceLibrary.from_state(payload["library"], self.embedder, self.lsh)
+        self.library.capacity = {GOLDEN: self.cfg["golden_capacity_per_level"],
+                                 WARNING: self.cfg["warning_capacity_per_level"]}
+        self.library.prune()  # a smaller configured capacity than the saved one applies on resume
+        self.index = ObservationIndex.from_state(payload["index"], self.lsh)
+        self.index.max_clusters = self.cfg["max_clusters"]
+        self.index.on_evict.append(self.library.unlink_cluster)
+        self.retriever.library = self.library
+        self.iteration = int(payload["iteration"])
+        self.version = int(payload["version"])
+        counters = payload["counters"]
+        self.totals.update(counters.get("totals", {}))
+        self.extractor.stats.update(counters.get("extractor", {}))
+        self.stats = RetrievalStats(**counters.get("retrieval", {}))
+
+    @classmethod
+    def load(cls, directory: str | Path, forge_cfg: Any | None = None, tokenizer: Any | None = None,
+             llm: Callable[[str], str] | None = None, **kwargs) -> "ExperienceSystem":
+        """Resume from a checkpoint; raises CheckpointError (never returns an empty library) for a bad file."""
+        payload = load_payload(directory)
+        system = cls(forge_cfg if forge_cfg is not None else payload["config"], tokenizer, llm, **kwargs)
+        system._restore(payload)
+        return system
+
+    # distribution --------------------------------------------------------------------------------------------
+
+    def snapshot(self) -> LibrarySnapshot:
+        state = self.state()
+        return LibrarySnapshot(self.version, self.iteration, state["config"], state["library"], state["index"])
+
+    @classmethod
+    def from_snapshot(cls, snap: LibrarySnapshot, tokenizer: Any | None = None, **kwargs) -> "ExperienceSystem":
+        system = cls(snap.config, tokenizer, read_only=True, **kwargs)
+        system._restore({"iteration": snap.iteration, "version": snap.version, "library": snap.library,
+                         "index": snap.index, "counters": {}})
+        return system
