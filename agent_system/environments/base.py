@@ -121,7 +121,7 @@ class EnvironmentManagerBase:
 
     prompt_builder: ClassVar[Callable[[PromptContext], str]]
     heavy: ClassVar[bool] = False  # True: environments run in worker processes with a per-step timeout
-    has_task_types: ClassVar[bool] = False
+    has_task_types: ClassVar[bool] = False  # True: success is also reported per info["task_type"]
 
     def __init__(self, config: EnvConfig, num_tasks: int, split: str, env_name: str | None = None, pool: Any = None):
         from agent_system.workers import make_pool
@@ -324,8 +324,10 @@ class EnvironmentManagerBase:
 
     def success_evaluator(self) -> dict[str, np.ndarray]:
         """Per-environment outcome arrays for the current episodes: ``success`` (num_envs,) bool from ``won``,
-        plus ``success/<task_type>`` arrays (NaN outside that type) when the environment has task types."""
+        plus ``success/<task_type>`` arrays (NaN outside that type) when ``has_task_types``."""
         out: dict[str, np.ndarray] = {"success": self.won.copy()}
+        if not self.has_task_types:
+            return out
         by_type: dict[str, list[int]] = defaultdict(list)
         for i, t in enumerate(self.task_types()):
             if t is not None:

@@ -12,7 +12,10 @@ import os
 import time
 from typing import Any
 
-from agent_system.environments.base import AgentEnv
+from agent_system.environments.base import AgentEnv, EnvironmentManagerBase, EnvSpec
+from agent_system.environments.config import EnvConfig
+from agent_system.environments.projection import ParsedAction
+from agent_system.environments.prompts.common import PromptContext, answer_format, history_block, join_sections
 
 
 class FaultyEnv(AgentEnv):
@@ -45,3 +48,21 @@ class FaultyEnv(AgentEnv):
 
     def expert_action(self) -> str:
         return "count"
+
+
+class FaultyEnvironmentManager(EnvironmentManagerBase):
+    """Manager for FaultyEnv in worker processes (heavy), so crashes and hangs hit real processes."""
+
+    heavy = True
+    has_task_types = True
+
+    @staticmethod
+    def prompt_builder(ctx: PromptContext) -> str:
+        return join_sections(ctx.task, history_block(ctx), f"Now: {ctx.observation}", answer_format(ctx, "any word"))
+
+    @classmethod
+    def env_spec(cls, config: EnvConfig, split: str) -> EnvSpec:
+        return EnvSpec("agent_system.testing.faulty_env:FaultyEnv", {})
+
+    def action_for_malformed(self, parsed: ParsedAction) -> str:
+        return parsed.action

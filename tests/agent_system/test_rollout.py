@@ -1,0 +1,181 @@
+"""TrajectoryCollector with scripted generators: generation only for active environments, messages with and
+without experiences, records and metrics checked against the trajectories, dynamic sampling."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agent_system.environments import make_envs
+from agent_system.multi_turn_rollout.protocols import (
+    ExperienceProvider,
+    Generator,
+    SamplingParams,
+    StepExperience,
+    StepObserver,
+    active_mask,
+)
+from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
+from agent_system.testing.configs import run_config
+from agent_system.testing.policies import CountingGenerator, ExpertGenerator, GarbageGenerator, RandomGenerator, tagged
+
+
+def sokoban(n=4, b=4, **env):
+    return make_envs(run_config("sokoban", n=n, train_b=b, **env))[0]
+
+
+def test_expert_solves_sokoban_and_finished_envs_get_no_generation():
+    envs = sokoban(n=4, b=8)
+    gen = ExpertGenerator(envs)
+    assert isinstance(gen, Generator)
+    batch = TrajectoryCollector().collect(envs, gen, SamplingParams())
+    assert batch.metrics["success_rate"] == 1.0 and batch.metrics["valid_action_ratio"] == 1.0
+    lengths = np.array([t.length for t in batch.trajectories])
+    # one conversation per step of an active environment, one call per step of the longest episode
+    assert gen.conversations == len(batch.steps) == lengths.sum()
+    assert gen.calls == lengths.max()
+    assert gen.batch_sizes == [int((lengths > t).sum()) for t in range(lengths.max())]
+    assert np.array_equal(active_mask(batch).sum(axis=1), gen.batch_sizes)
+
+
+def test_records_are_consistent_with_their_trajectories():
+    envs = sokoban(n=2, b=3)
+    batch = TrajectoryCollector().collect(envs, RandomGenerator(envs, seed=1), SamplingParams(), seeds=[10, 11, 12])
+    assert len(batch.trajectories) == 6
+    for t in batch.trajectories:
+        assert [s.step for s in t.steps] == list(range(t.length))
+        assert all(s.uid == t.uid and s.traj_uid == t.traj_uid for s in t.steps)
+        assert sum(s.reward for s in t.steps) == pytest.approx(t.episode_reward)
+        assert [s.done for s in t.steps] == [False] * (t.length - 1) + [True]
+        assert t.success == (t.steps[-1].reward > 5)  # only a solved room pays +10
+        assert int(t.uid.rsplit("seed", 1)[1]) in (10, 11, 12)
+        for s in t.steps:
+            assert s.response_ids == list(s.response_text.encode()) and len(s.logprobs) == len(s.response_ids)
+            assert s.anchor_obs in s.messages[-1]["content"] and "Push" not in s.anchor_obs
+    assert [t.uid for t in batch.trajectories][::2] == [t.uid for t in batch.trajectories][1::2]
+    assert batch.steps == [s for t in batch.trajectories for s in t.steps]
+    # metrics against a direct computation
+    succ = [t.success for t in batch.trajectories]
+    assert batch.metrics["success_rate"] == pytest.approx(np.mean(succ))
+    assert batch.metrics["episode_length/mean"] == pytest.approx(np.mean([t.length for t in batch.trajectories]))
+    assert batch.metrics["num_steps"] == len(batch.steps)
+
+
+def test_garbage_policy_is_all_invalid_and_never_crashes():
+    envs = make_envs(run_config("gym_cards/Points24-v0", n=2, train_b=4))[0]
+    gen = GarbageGenerator(seed=3)
+    batch = TrajectoryCollector().collect(envs, gen, SamplingParams())
+    assert batch.metrics["valid_action_ratio"] == 0.0
+    assert batch.metrics["success_rate"] == 0.0
+    assert all(not s.is_action_valid and s.action == "" for s in batch.steps)
+
+
+class TaggingProvider:
+    """Experience text on even steps only; cluster = length of the anchor (a deterministic stand-in)."""
+
+    def __init__(self):
+        self.queries = []
+
+    def provide(self, queries):
+        self.queries.extend(queries)
+        return [StepExperience(text=f"tip for step {q.step}" if q.step % 2 == 0 else "", cluster_id=len(q.anchor_obs), entry_ids=(f"e{q.step}",)) for q in queries]
+
+
+class Recorder:
+    def __init__(self):
+        self.seen = []
+
+    def observe(self, records):
+        self.seen.extend(records)
+
+
+def test_messages_experiences_clusters_and_observer():
+    envs = sokoban(n=2, b=2)
+    provider, observer = TaggingProvider(), Recorder()
+    assert isinstance(provider, ExperienceProvider) and isinstance(observer, StepObserver)
+    batch = TrajectoryCollector().collect(envs, RandomGenerator(envs), SamplingParams(), experience_provider=provider, step_observer=observer)
+    assert len(provider.queries) == len(batch.steps)
+    assert sorted(id(s) for s in observer.seen) == sorted(id(s) for s in batch.steps)
+    for s in batch.steps:
+        user = {"role": "user", "content": s.messages[-1]["content"]}
+        assert s.plain_messages == [user]
+        if s.step % 2 == 0:
+            assert s.messages[0] == {"role": "system", "content": f"tip for step {s.step}"} and len(s.messages) == 2
+        else:
+            assert s.messages == s.plain_messages
+        assert s.cluster_id == len(s.anchor_obs) and s.experience_ids == (f"e{s.step}",)
+    q = provider.queries[0]
+    assert q.step == 0 and q.task.startswith("Push") and q.task_type is None
+
+
+def test_image_mode_puts_the_image_into_the_user_message():
+    envs = make_envs(run_config("gym_cards/Blackjack-v0", n=2, train_b=1, gym_cards={"mode": "rgb_array"}))[0]
+    batch = TrajectoryCollector().collect(envs, ExpertGenerator(envs), SamplingParams())
+    content = batch.steps[0].messages[-1]["content"]
+    assert content[0]["type"] == "image" and content[0]["image"].shape == (300, 300, 3)
+    assert content[1]["type"] == "text" and "hit" in content[1]["text"]
+    assert "image" not in batch.steps[0].info
+
+
+class EvenSeedsSplit(CountingGenerator):
+    """Expert everywhere, except copy 0 of tasks with an even seed answers garbage: only those groups have
+    unequal episode rewards."""
+
+    def __init__(self, envs):
+        super().__init__()
+        self.envs = envs
+        self.expert = ExpertGenerator(envs)
+
+    def respond(self, messages):
+        idx = np.flatnonzero(self.envs.active)
+        expert = self.expert.respond(messages)
+        return [
+            "no tags" if self.envs.traj_uids[i].endswith("copy0") and int(self.envs.uids[i].rsplit("seed", 1)[1]) % 2 == 0 else e
+            for i, e in zip(idx, expert)
+        ]
+
+
+def test_dynamic_sampling_keeps_informative_groups_and_resamples():
+    envs = sokoban(n=3, b=4)
+    seeds_seen = []
+    original = envs.next_task_seeds
+
+    def recording():
+        s = original()
+        seeds_seen.append(s)
+        return s
+
+    envs.next_task_seeds = recording
+    batch = TrajectoryCollector(dynamic_sampling=True, max_num_gen_batches=6).collect(envs, EvenSeedsSplit(envs), SamplingParams())
+    rounds = int(batch.metrics["dynamic_sampling/num_gen_batches"])
+    assert rounds == len(seeds_seen)
+    even = sum(int((s % 2 == 0).sum()) for s in seeds_seen)
+    assert batch.metrics["dynamic_sampling/informative_groups"] == even
+    assert len(batch.trajectories) == 12  # always B groups of G
+    groups = {}
+    for t in batch.trajectories:
+        groups.setdefault(t.uid, []).append(t.episode_reward)
+    assert len(groups) == 4
+    informative = [np.ptp(r) > 0 for r in groups.values()]
+    expected = min(even, 4)
+    assert informative == [True] * expected + [False] * (4 - expected)  # informative groups first
+    if even >= 4:
+        assert sum(int((s % 2 == 0).sum()) for s in seeds_seen[:-1]) < 4  # stopped as soon as B were found
+
+
+def test_dynamic_sampling_fills_up_when_too_few_groups_are_informative():
+    envs = sokoban(n=2, b=3)
+    batch = TrajectoryCollector(dynamic_sampling=True, max_num_gen_batches=2).collect(envs, ExpertGenerator(envs), SamplingParams())
+    assert batch.metrics["dynamic_sampling/num_gen_batches"] == 2  # an expert gives equal rewards in every group
+    assert batch.metrics["dynamic_sampling/informative_groups"] == 0
+    assert batch.metrics["dynamic_sampling/filled_groups"] == 3 and len(batch.trajectories) == 6
+
+
+def test_generator_returning_the_wrong_count_is_an_error():
+    class Short(CountingGenerator):
+        def respond(self, messages):
+            return [tagged("up")] * (len(messages) - 1)
+
+    envs = sokoban(n=2, b=1)
+    with pytest.raises(ValueError, match="generator returned 1 outputs for 2"):
+        TrajectoryCollector().collect(envs, Short(), SamplingParams())

@@ -1,0 +1,92 @@
+"""Worker pools: a crashing, hanging or raising environment ends only its own episodes (failed, with the
+reason), its worker is restarted, and the rest of the batch carries on."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_system.environments.base import EnvSpec
+from agent_system.multi_turn_rollout.protocols import SamplingParams
+from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
+from agent_system.testing.configs import env_config
+from agent_system.testing.faulty_env import FaultyEnvironmentManager
+from agent_system.testing.policies import CountingGenerator
+from agent_system.workers import InProcessEnvPool, ProcessEnvPool
+
+SPEC = EnvSpec("agent_system.testing.faulty_env:FaultyEnv", {"win_after": 3})
+
+
+@pytest.mark.timeout(60)
+def test_process_pool_survives_crash_hang_and_raise():
+    pool = ProcessEnvPool(SPEC, num_envs=6, num_workers=3, step_timeout_s=2.0)  # workers hold envs {0,1} {2,3} {4,5}
+    try:
+        assert [r.obs for r in pool.reset(range(6), range(6))] == [f"seed={s} count=0" for s in range(6)]
+        pids = pool.call("_info", [0, 2, 4])
+        res = pool.step(list(range(6)), ["go", "go", "crash", "go", "hang", "raise"])
+        assert [r.obs for r in res[:2]] == ["seed=0 count=1", "seed=1 count=1"]
+        assert res[2].info["failure_reason"].startswith("worker crashed (exit code 3)") and res[2].terminated
+        assert res[3].info["failure_reason"].startswith("worker crashed")  # same worker as env 2
+        assert res[4].info["failure_reason"].startswith("step timeout") and res[5].info["failure_reason"].startswith("step timeout")
+        assert pool.restarts == 2
+        # lost episodes stay failed until reset; the survivors keep going
+        res = pool.step(list(range(6)), ["go"] * 6)
+        assert [r.obs for r in res[:2]] == ["seed=0 count=2", "seed=1 count=2"]
+        assert all(r.info.get("failure_reason") for r in res[2:])
+        res = pool.reset(range(6), [10, 11, 12, 13, 14, 15])
+        assert [r.obs for r in res] == [f"seed={s} count=0" for s in range(10, 16)]
+        new_pids = pool.call("_info", [0, 2, 4])
+        assert new_pids[0]["pid"] == pids[0]["pid"] and new_pids[1]["pid"] != pids[1]["pid"] and new_pids[2]["pid"] != pids[2]["pid"]
+        res = pool.step([5], ["raise"])
+        assert res[0].info["failure_reason"] == "env error: RuntimeError: asked to raise"
+        assert pool.restarts == 2  # an environment exception does not cost the worker
+    finally:
+        pool.close()
+
+
+def test_in_process_pool_turns_exceptions_into_failed_episodes():
+    pool = InProcessEnvPool(SPEC, num_envs=2)
+    pool.reset([0, 1], [0, 1])
+    res = pool.step([0, 1], ["raise", "go"])
+    assert res[0].info["failure_reason"].startswith("env error: RuntimeError") and res[0].terminated
+    assert res[1].obs == "seed=1 count=1" and res[1].info.get("failure_reason") is None
+
+
+class FaultScript(CountingGenerator):
+    """Env 1 crashes at its second step, env 2 hangs at its first; the others answer normally."""
+
+    def __init__(self, envs):
+        super().__init__()
+        self.envs = envs
+
+    def respond(self, messages):
+        import numpy as np
+
+        out = []
+        for i in np.flatnonzero(self.envs.active):
+            if i == 1 and self.envs.step_count[i] == 1:
+                out.append("<action>crash</action>")
+            elif i == 2:
+                out.append("<action>hang</action>")
+            else:
+                out.append("<action>go</action>")
+        return out
+
+
+@pytest.mark.timeout(90)
+def test_rollout_records_failed_episodes_and_finishes_the_rest():
+    cfg = env_config("sokoban", n=2, resources_per_worker={"num_workers": 4, "step_timeout_s": 2.0})
+    envs = FaultyEnvironmentManager(cfg, num_tasks=2, split="train", env_name="testing/faulty")
+    try:
+        batch = TrajectoryCollector().collect(envs, FaultScript(envs), SamplingParams(), seeds=[4, 7])
+    finally:
+        envs.close()
+    trajs = batch.trajectories
+    assert [t.success for t in trajs] == [True, False, False, True]
+    assert trajs[1].failure_reason.startswith("worker crashed") and trajs[1].length == 2
+    assert trajs[2].failure_reason.startswith("step timeout") and trajs[2].length == 1
+    assert trajs[0].failure_reason is None and trajs[0].length == 3 and trajs[0].episode_reward == 3.0
+    assert batch.metrics["failures/total"] == 2.0
+    assert batch.metrics["failures/worker crashed (exit code 3)"] == 1.0
+    assert batch.metrics["failures/step timeout (> 2 s)"] == 1.0
+    assert batch.metrics["success_rate/even"] == 0.5 and batch.metrics["success_rate/odd"] == 0.5
+    assert trajs[1].steps[-1].info["failure_reason"] == trajs[1].failure_reason and trajs[1].steps[-1].done
