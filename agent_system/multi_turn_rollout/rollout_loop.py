@@ -90,18 +90,29 @@ class TrajectoryCollector:
     """Engine-agnostic multi-turn rollout over an EnvironmentManagerBase.
 
     dynamic_sampling: drop task groups whose episode rewards are all equal (no learning signal for a
-    group-relative advantage) and roll out fresh tasks, up to ``max_num_gen_batches`` rollouts in all;
-    if fewer than B informative groups are found, the batch is filled up with dropped groups (reported
-    in ``dynamic_sampling/filled_groups``) so that it always holds B groups.
+    group-relative advantage) and roll out fresh tasks, up to ``max_num_gen_batches`` rollouts in all
+    (0 = no limit, as in verl's ``algorithm.filter_groups``); if the limit is reached with fewer than B
+    informative groups, the batch is filled up with dropped groups (reported in
+    ``dynamic_sampling/filled_groups``) so that it always holds B groups.
     """
 
     def __init__(self, dynamic_sampling: bool = False, max_num_gen_batches: int = 4, progress: bool = False):
-        if max_num_gen_batches < 1:
-            raise ValueError(f"max_num_gen_batches={max_num_gen_batches} must be >= 1")
+        if isinstance(max_num_gen_batches, bool) or not isinstance(max_num_gen_batches, int) or max_num_gen_batches < 0:
+            raise ValueError(f"max_num_gen_batches={max_num_gen_batches!r} must be an integer >= 0 (0 = no limit)")
         self.dynamic_sampling = dynamic_sampling
         self.max_num_gen_batches = max_num_gen_batches
         self.progress = progress
         self.generation_calls = 0  # generator.generate calls made by this collector (all rollouts)
+
+    @classmethod
+    def from_config(cls, config: Any, progress: bool = False) -> "TrajectoryCollector":
+        """Dynamic sampling from verl's ``algorithm.filter_groups`` (enable, max_num_gen_batches) of a run
+        config (DictConfig or mapping); off when the section is absent."""
+        algorithm = _get(config, "algorithm")
+        groups = _get(algorithm, "filter_groups") if algorithm is not None else None
+        if groups is None:
+            return cls(progress=progress)
+        return cls(dynamic_sampling=bool(_get(groups, "enable") or False), max_num_gen_batches=int(_get(groups, "max_num_gen_batches") or 0), progress=progress)
 
     def collect(
         self,
@@ -126,7 +137,7 @@ class TrajectoryCollector:
         kept: list[list[TrajectoryRecord]] = []
         dropped: list[list[TrajectoryRecord]] = []
         rounds = 0
-        while rounds < self.max_num_gen_batches and len(kept) < envs.num_tasks:
+        while (self.max_num_gen_batches == 0 or rounds < self.max_num_gen_batches) and len(kept) < envs.num_tasks:
             batch = self._rollout(envs, generator, sampling, provider, observer, seeds if rounds == 0 else None)
             rounds += 1
             for group in _groups(batch.trajectories):
@@ -221,6 +232,17 @@ class TrajectoryCollector:
                 )
             )
         return records, next_obs
+
+
+def _get(section: Any, key: str) -> Any:
+    if section is None:
+        return None
+    if isinstance(section, dict):
+        return section.get(key)
+    try:
+        return section.get(key)  # DictConfig
+    except AttributeError:
+        return getattr(section, key, None)
 
 
 def _groups(trajectories: Sequence[TrajectoryRecord]) -> list[list[TrajectoryRecord]]:

@@ -179,3 +179,14 @@ def test_generator_returning_the_wrong_count_is_an_error():
     envs = sokoban(n=2, b=1)
     with pytest.raises(ValueError, match="generator returned 1 outputs for 2"):
         TrajectoryCollector().collect(envs, Short(), SamplingParams())
+
+
+def test_collector_from_verl_filter_groups_config():
+    from omegaconf import OmegaConf
+
+    on = TrajectoryCollector.from_config(OmegaConf.create({"algorithm": {"filter_groups": {"enable": True, "max_num_gen_batches": 3}}}))
+    assert on.dynamic_sampling and on.max_num_gen_batches == 3
+    off = TrajectoryCollector.from_config({"algorithm": {}})
+    assert not off.dynamic_sampling
+    with pytest.raises(ValueError, match="max_num_gen_batches"):
+        TrajectoryCollector(max_num_gen_batches=-1)
