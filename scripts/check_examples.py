@@ -11,7 +11,8 @@ would. The overrides are then
 2. validated with recipe.forge.config_schema.validate_config (SLEA-RL's keys and values);
 3. for ``trainer.engine=verl``, checked by verl's own ``validate_config`` (batch sizes against GPUs, micro
    batches, ...) after the same wiring run_verl applies, and its typed actor and rollout sections are
-   instantiated (the model and critic sections load model files, so they are left to the run) (bad enum values fail here).
+   instantiated (bad enum values fail here; the model and critic sections load model files, so they are
+   left to the run).
 
 Scripts with no training command (helpers such as retriever launchers) are listed as skipped. Exit status 1
 on any failure; the last line printed is a one-line summary.

@@ -61,7 +61,7 @@ class ForgeAgentLoop(AgentLoopBase):
         split = str(extra_info.get("split", "train"))
         uid = str(kwargs.get("uid", uuid4().hex))
         traj_uid = f"{uid}-{int(kwargs.get('session_id', 0))}"
-        version, provider = await WORKER_LIBRARY.refresh()
+        version, provider = await WORKER_LIBRARY.refresh(self.tokenizer)
 
         session = EpisodeSession(self.env_config, split, int(extra_info["seed"]))
         env_seconds = time.perf_counter()
@@ -148,7 +148,7 @@ class ForgeAgentLoop(AgentLoopBase):
                 "step_reward": outcome.reward,
                 "is_action_valid": outcome.is_action_valid,
                 "anchor_obs": view.anchor_obs,
-                "cluster_id": -1 if experience.cluster_id is None else int(experience.cluster_id),
+                "cluster_id": None if experience.cluster_id is None else int(experience.cluster_id),
                 "traj_uid": traj_uid,
                 "step_index": index,
                 "episode_return": episode_return,

@@ -2,13 +2,13 @@
 
 The driver (the trainer, inside verl's TaskRunner) owns the library and evolves it once per iteration. It
 publishes a snapshot with a version number to a named Ray actor, :class:`LibraryBroker`. Each agent-loop
-worker process keeps the provider built from the latest snapshot it has seen and checks the version once per
+worker process keeps the provider built from the latest snapshot it has seen and checks the published tag once per
 episode (one small RPC); only a new version costs a snapshot transfer. Every step records the version it was
 generated with, so a sample can always be traced to the library that shaped its prompt.
 
-Cluster ids that a worker's observation index founds after the snapshot are local to that worker. verl runs
-all G sessions of one prompt in the same worker, and step groups are only formed inside one prompt group, so
-the grouping stays consistent; the driver's own index re-assigns clusters when it evolves the library.
+A snapshot provider never changes the library: an observation that matches no known cluster gets a provisional
+id derived from its text (equal in every process), and the driver resolves those ids to its own clusters
+(``ExperienceSystem.absorb``) before it computes advantages, so step groups are the driver's clusters.
 """
 
 from __future__ import annotations
@@ -27,20 +27,23 @@ class LibraryBroker:
     """Holds the latest published library snapshot and its version."""
 
     def __init__(self):
-        self._version = NO_LIBRARY
+        self._tag = (NO_LIBRARY, NO_LIBRARY)
         self._snapshot: Any = None
 
-    def publish(self, version: int, snapshot: Any) -> int:
-        if version < self._version:
-            raise ValueError(f"library version {version} is older than the published {self._version}")
-        self._version, self._snapshot = int(version), snapshot
-        return self._version
+    def publish(self, version: int, iteration: int, snapshot: Any) -> tuple[int, int]:
+        """Publish ``snapshot``; the tag (version, iteration) changes with every evolution and every new
+        iteration (the warm-up gates depend on the iteration, not only on the library)."""
+        tag = (int(version), int(iteration))
+        if tag < self._tag:
+            raise ValueError(f"library {tag} is older than the published {self._tag}")
+        self._tag, self._snapshot = tag, snapshot
+        return tag
 
-    def version(self) -> int:
-        return self._version
+    def tag(self) -> tuple[int, int]:
+        return self._tag
 
-    def latest(self) -> tuple[int, Any]:
-        return self._version, self._snapshot
+    def latest(self) -> tuple[tuple[int, int], Any]:
+        return self._tag, self._snapshot
 
 
 def get_or_create_broker() -> ray.actor.ActorHandle:
@@ -59,13 +62,15 @@ class WorkerLibrary:
     """Per-process cache of the provider built from the latest snapshot (shared by all agent loops)."""
 
     def __init__(self):
-        self.version = NO_LIBRARY
+        self.tag = (NO_LIBRARY, NO_LIBRARY)
         self.provider: Any = None
         self._lock: asyncio.Lock | None = None
         self._broker: ray.actor.ActorHandle | None = None
 
-    async def refresh(self) -> tuple[int, Any]:
-        """(version, provider) of the newest published library; (-1, None) when nothing is published."""
+    async def refresh(self, tokenizer: Any = None) -> tuple[int, Any]:
+        """(version, provider) of the newest published library; (-1, None) when nothing is published.
+
+        ``tokenizer`` caps the rendered experience text in tokens (max_experience_length)."""
         if self._broker is None:
             self._broker = find_broker()
             if self._broker is None:
@@ -73,19 +78,22 @@ class WorkerLibrary:
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
-            version = await self._broker.version.remote()
-            if version != self.version:
-                version, snapshot = await self._broker.latest.remote()
-                self.provider = provider_from_snapshot(snapshot) if snapshot is not None else None
-                self.version = version
-        return self.version, self.provider
+            tag = tuple(await self._broker.tag.remote())
+            if tag != self.tag:
+                tag, snapshot = await self._broker.latest.remote()
+                self.provider = provider_from_snapshot(snapshot, tokenizer) if snapshot is not None else None
+                self.tag = tuple(tag)
+        return self.tag[0], self.provider
 
 
-def provider_from_snapshot(snapshot: Any) -> Any:
-    """Rebuild the experience provider (observation index + retrieval) from a published snapshot."""
+def provider_from_snapshot(snapshot: Any, tokenizer: Any = None) -> Any:
+    """Rebuild the read-only experience provider (observation index + retrieval) from a published snapshot.
+
+    It gives a step the id of a known cluster, or a provisional negative id that is equal for equal text in
+    every process; the driver resolves provisional ids with ``ExperienceSystem.absorb``."""
     from recipe.forge.experience import ExperienceSystem
 
-    return ExperienceSystem.from_snapshot(snapshot).provider
+    return ExperienceSystem.from_snapshot(snapshot, tokenizer).provider
 
 
 WORKER_LIBRARY = WorkerLibrary()

@@ -18,41 +18,46 @@ from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryReco
 from recipe.forge.engines.verl.library_channel import get_or_create_broker
 
 
-def rows_to_trajectories(rows: Sequence[dict], uids: Sequence[str] | None = None) -> list[TrajectoryRecord]:
+def rows_to_step_records(rows: Sequence[dict]) -> list[StepRecord]:
+    """One StepRecord per row, in row order (token ids are not carried: evolution works on text)."""
+    return [
+        StepRecord(
+            uid=str(r["traj_uid"]).rsplit("-", 1)[0],
+            traj_uid=str(r["traj_uid"]),
+            step=int(r["step_index"]),
+            anchor_obs=str(r["anchor_obs"]),
+            messages=_messages(r.get("experience_text", ""), r.get("prompt_text", "")),
+            plain_messages=_messages("", r.get("prompt_text", "")),
+            response_text=str(r.get("response_text", "")),
+            action=str(r.get("action", "")),
+            prompt_ids=[],
+            response_ids=[],
+            logprobs=[],
+            reward=float(r["step_reward"]),
+            is_action_valid=bool(r["is_action_valid"]),
+            done=False,
+            cluster_id=None if r.get("cluster_id") is None else int(r["cluster_id"]),
+            experience_ids=tuple(r.get("experience_ids") or ()),
+            info={"library_version": int(r.get("library_version", -1))},
+        )
+        for r in rows
+    ]
+
+
+def rows_to_trajectories(rows: Sequence[dict]) -> list[TrajectoryRecord]:
     """Regroup per-step rows into trajectories ordered by step index (one record per traj_uid)."""
-    by_traj: dict[str, list[dict]] = defaultdict(list)
-    for row in rows:
-        by_traj[str(row["traj_uid"])].append(row)
+    by_traj: dict[str, list[tuple[StepRecord, dict]]] = defaultdict(list)
+    for record, row in zip(rows_to_step_records(rows), rows):
+        by_traj[record.traj_uid].append((record, row))
     trajectories = []
-    for traj_uid, steps in by_traj.items():
-        steps.sort(key=lambda r: int(r["step_index"]))
-        uid = traj_uid.rsplit("-", 1)[0]
-        records = [
-            StepRecord(
-                uid=uid,
-                traj_uid=traj_uid,
-                step=int(r["step_index"]),
-                anchor_obs=str(r["anchor_obs"]),
-                messages=_messages(r.get("experience_text", ""), r.get("prompt_text", "")),
-                plain_messages=_messages("", r.get("prompt_text", "")),
-                response_text=str(r.get("response_text", "")),
-                action=str(r.get("action", "")),
-                prompt_ids=[],
-                response_ids=[],
-                logprobs=[],
-                reward=float(r["step_reward"]),
-                is_action_valid=bool(r["is_action_valid"]),
-                done=k == len(steps) - 1,
-                cluster_id=None if int(r["cluster_id"]) < 0 else int(r["cluster_id"]),
-                experience_ids=tuple(r.get("experience_ids") or ()),
-                info={"library_version": int(r.get("library_version", -1))},
-            )
-            for k, r in enumerate(steps)
-        ]
-        last = steps[-1]
+    for traj_uid, pairs in by_traj.items():
+        pairs.sort(key=lambda pair: pair[0].step)
+        records = [record for record, _ in pairs]
+        records[-1].done = True
+        last = pairs[-1][1]
         trajectories.append(
             TrajectoryRecord(
-                uid=uid,
+                uid=records[0].uid,
                 traj_uid=traj_uid,
                 task=str(last.get("task", "")),
                 task_type=last.get("task_type"),
@@ -84,59 +89,68 @@ def reward_metrics(trajectories: Sequence[TrajectoryRecord]) -> dict[str, float]
 
 
 class LibraryDriver:
-    """Owns the ExperienceSystem on the driver; a disabled driver (non-forge estimators) only reports rewards."""
+    """Owns the ExperienceSystem on the driver; a disabled driver (non-forge estimators) only reports rewards.
 
-    def __init__(self, system: Any, save_freq: int, checkpoint_dir: str):
+    Iterations are counted from 0 (verl's global step minus one), as the embedded engine counts them, so
+    warm-up gates and save schedules mean the same on both engines.
+    """
+
+    def __init__(self, system: Any, forge_cfg: Any):
         self.system = system
-        self.save_freq = int(save_freq)
-        self.checkpoint_dir = checkpoint_dir
-        self.version = 0
+        self.forge_cfg = forge_cfg
         self._broker = None
 
     @classmethod
     def from_trainer_config(cls, config: Any) -> "LibraryDriver":
         forge = config.algorithm.forge
+        section = OmegaConf.to_container(forge, resolve=True) if OmegaConf.is_config(forge) else forge
+        section = {k: v for k, v in dict(section).items() if k != "_target_"}
         system = None
         if str(config.algorithm.adv_estimator) == "forge":
             from recipe.forge.experience import ExperienceSystem
 
-            section = OmegaConf.to_container(forge, resolve=True) if OmegaConf.is_config(forge) else forge
             system = ExperienceSystem.from_config(section)
-        return cls(system, forge.library_save_freq, forge.checkpoint_dir)
+        return cls(system, section)
 
     @property
     def enabled(self) -> bool:
         return self.system is not None
 
-    def publish(self) -> None:
-        """Send the current library (with its version) to the agent-loop workers."""
+    @property
+    def version(self) -> int:
+        return int(self.system.version) if self.enabled else -1
+
+    def begin_iteration(self, iteration: int) -> None:
+        """Open ``iteration`` (gates, stats) and publish the library the workers will retrieve from."""
         if not self.enabled:
             return
-        snapshot = self.system.snapshot()
-        self.version = int(getattr(snapshot, "version", self.version))
+        self.system.begin_iteration(iteration)
         if self._broker is None:
             self._broker = get_or_create_broker()
-        ray.get(self._broker.publish.remote(self.version, snapshot))
+        ray.get(self._broker.publish.remote(self.version, iteration, self.system.snapshot()))
+
+    def absorb(self, rows: Sequence[dict]) -> list[int | None]:
+        """Resolve the workers' provisional cluster ids to the driver's clusters; returns one id per row."""
+        records = rows_to_step_records(rows)
+        if self.enabled:
+            self.system.absorb(records)
+        return [record.cluster_id for record in records]
 
     def end_iteration(self, rows: Sequence[dict], iteration: int) -> dict[str, float]:
-        """Evolve from this iteration's rows, publish, checkpoint on schedule; returns forge/* metrics."""
+        """Evolve from this iteration's rows (the system saves itself every library_save_freq iterations);
+        returns the forge/* metrics."""
         trajectories = rows_to_trajectories(rows)
         metrics = reward_metrics(trajectories)
-        if not self.enabled:
-            return metrics
-        self.system.evolve(trajectories, iteration)
-        self.publish()
-        if iteration % self.save_freq == 0:
-            self.save(os.path.join(self.checkpoint_dir, f"iteration_{iteration}"))
-        metrics["forge/library_version"] = float(self.version)
-        metrics.update({k if k.startswith("forge/") else f"forge/{k}": float(v) for k, v in self.system.metrics().items()})
+        if self.enabled:
+            metrics.update({k: float(v) for k, v in self.system.evolve(trajectories, iteration).items()})
         return metrics
 
     def save(self, path: str) -> None:
         if self.enabled:
-            os.makedirs(path, exist_ok=True)
             self.system.save(path)
 
     def load_if_exists(self, path: str) -> None:
         if self.enabled and os.path.exists(path):
-            self.system.load(path)
+            from recipe.forge.experience import ExperienceSystem
+
+            self.system = ExperienceSystem.load(path, self.forge_cfg)

@@ -32,7 +32,7 @@ STEP_FIELDS = (
     "step_reward",  # float: environment reward of this step
     "is_action_valid",  # bool: the response held a well-formed action
     "anchor_obs",  # str: raw observation the action was taken in
-    "cluster_id",  # int: observation cluster that drove retrieval (-1: none)
+    "cluster_id",  # int | None: observation cluster that drove retrieval (None without a library)
     "traj_uid",  # str: one episode
     "step_index",  # int: position of the step in its episode
     "episode_return",  # float: summed environment reward of the episode
@@ -74,7 +74,7 @@ def step_arrays(extra_fields: Sequence[Mapping[str, Any]]) -> StepArrays:
         step_reward=column("step_reward", np.float64),
         is_action_valid=column("is_action_valid", bool),
         anchor_obs=column("anchor_obs", object),
-        cluster_id=column("cluster_id", np.int64),
+        cluster_id=column("cluster_id", object),
         traj_uid=column("traj_uid", object),
         step_index=column("step_index", np.int64),
         episode_return=column("episode_return", np.float64),
@@ -129,6 +129,8 @@ def compute_step_advantage(
     returns = step_returns(steps, gamma, coef)
     if estimator == "forge":
         settings = _get(algorithm, "forge")
+        if bool(_get(settings, "use_step_rewards")) and any(c is None for c in steps.cluster_id):
+            raise ValueError("the forge estimator needs a cluster id on every step; rows came without a library")
         return compute_forge_advantage(
             token_level_rewards,
             returns,

@@ -40,8 +40,9 @@ TRAINER_MODE = "forge"
 def rows_to_step_data(batch: KVBatchMeta) -> tuple[np.ndarray, Any, list[dict], np.ndarray]:
     """Fetch (uid (bs,), nested response_mask, extra_fields list, real-row mask (bs,)) of a TQ batch."""
     data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "response_mask", "extra_fields"])
-    uid = np.array(data["uid"].tolist(), dtype=object)
-    extra = [getattr(e, "data", e) for e in data["extra_fields"].tolist()]
+    # pop (not []) returns the NonTensorStack, whose tolist() gives the per-row python objects
+    uid = np.array(data.pop("uid").tolist(), dtype=object)
+    extra = [getattr(e, "data", e) for e in data.pop("extra_fields").tolist()]
     real = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
     return uid, data["response_mask"], extra, real
 
@@ -97,10 +98,15 @@ class ForgeTrainer(PPOTrainerSync):
     def __init__(self, config):
         super().__init__(config)
         self.library = LibraryDriver.from_trainer_config(config)
+        self._driver_clusters: dict[str, int | None] = {}  # batch key -> cluster id after absorb
 
     def on_init_end(self):
         super().on_init_end()
-        self.library.publish()
+        self.library.begin_iteration(max(self.global_steps - 1, 0))
+
+    def on_step_begin(self):
+        super().on_step_begin()
+        self.library.begin_iteration(self.global_steps - 1)
 
     # ------------------------------------------------------------ advantage step
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
@@ -108,6 +114,14 @@ class ForgeTrainer(PPOTrainerSync):
         if estimator in step_batch.STEP_ESTIMATORS and self.config.algorithm.use_kl_in_reward:
             raise ValueError(f"algorithm.use_kl_in_reward is not supported with the {estimator!r} estimator")
         uid, nested_mask, extra, real = rows_to_step_data(batch)
+        if self.library.enabled:
+            # the workers' provisional cluster ids become the driver's clusters: the groups of the advantage
+            # are the clusters that drive retrieval from the next version on
+            real_idx = np.flatnonzero(real)
+            clusters = self.library.absorb([extra[i] for i in real_idx])
+            for i, cluster in zip(real_idx, clusters):
+                extra[i] = {**extra[i], "cluster_id": cluster}
+                self._driver_clusters[batch.keys[i]] = cluster
         padded_mask = TensorDict({"m": nested_mask}, batch_size=len(batch)).to_padded_tensor()["m"]
         computed = compute_batch_advantages(estimator, uid, padded_mask, extra, real, self.config.algorithm)
         fields = TensorDict(
@@ -123,9 +137,13 @@ class ForgeTrainer(PPOTrainerSync):
         batch = super().step(metrics, timing_raw)
         with marked_timer("forge_library", timing_raw, color="purple"):
             _, _, extra, real = rows_to_step_data(batch)
-            rows = [extra[i] for i in np.flatnonzero(real)]
+            rows = [
+                {**extra[i], "cluster_id": self._driver_clusters.get(batch.keys[i], extra[i].get("cluster_id"))}
+                for i in np.flatnonzero(real)
+            ]
+            self._driver_clusters.clear()
             metrics.update(step_batch.episode_metrics(step_batch.step_arrays(rows)))
-            metrics.update(self.library.end_iteration(rows, self.global_steps))
+            metrics.update(self.library.end_iteration(rows, self.global_steps - 1))
         return batch
 
     def _save_checkpoint(self):

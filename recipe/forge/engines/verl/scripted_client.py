@@ -1,0 +1,76 @@
+"""A stand-in for verl's LLM server client, for CPU tests of the forge agent loop inside verl's manager.
+
+verl 0.9.1 has no CPU rollout backend (vLLM / SGLang / TensorRT-LLM only), so CPU tests replace the client
+that AgentLoopWorkers call with this one. It subclasses verl's ``LLMServerClient`` and keeps its
+``generate`` contract (prompt token ids in, ``TokenOutput`` with token ids, log-probs and global-step
+bookkeeping out); only the text comes from a seeded script instead of a model. It is picklable, so verl ships
+it to its Ray workers exactly like the real client.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Optional, Sequence
+
+from verl.workers.rollout.llm_server import LLMServerClient
+from verl.workers.rollout.replica import TokenOutput
+
+DEFAULT_RESPONSES = (
+    "<think>Push towards the target.</think><action>up</action>",
+    "<think>Go around the box.</think><action>left</action>",
+    "<action>down</action>",
+    "<action>right</action>",
+    "I would rather not move.",  # no action tag: an invalid action
+)
+
+
+class ScriptedLLMClient(LLMServerClient):
+    """Answers every request with one of ``responses`` (seeded choice), tokenised with the run's tokenizer.
+
+    ``logprob`` is reported for every sampled token; ``global_steps`` is the weight version the trainer would
+    have synced, as verl's real servers report it.
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        responses: Sequence[str] = DEFAULT_RESPONSES,
+        seed: int = 0,
+        logprob: float = -0.25,
+        global_steps: int = 1,
+    ):
+        super().__init__(config, load_balancer_handle=None)
+        self.responses = tuple(responses)
+        self.seed = seed
+        self.logprob = logprob
+        self.global_steps = global_steps
+        self._rng: Optional[random.Random] = None
+        self._tokenizer = None
+        self.calls = 0
+
+    def _tokenizer_for(self):
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(self.config.actor_rollout_ref.model.path)
+        return self._tokenizer
+
+    async def generate(self, request_id, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs) -> TokenOutput:
+        if not prompt_ids:
+            raise ValueError("generate called with an empty prompt")
+        if self._rng is None:
+            self._rng = random.Random(self.seed)
+        self.calls += 1
+        text = self._rng.choice(self.responses)
+        token_ids = self._tokenizer_for().encode(text, add_special_tokens=False)
+        return TokenOutput(
+            token_ids=token_ids,
+            log_probs=[self.logprob] * len(token_ids),
+            stop_reason="completed",
+            num_preempted=0,
+            extra_fields={
+                "global_steps": self.global_steps,
+                "min_global_steps": self.global_steps,
+                "max_global_steps": self.global_steps,
+            },
+        )

@@ -1,0 +1,218 @@
+"""The forge agent loop driven through verl's own V1 agent-loop manager (AgentLoopManagerTQ), on CPU.
+
+Real: Ray, TransferQueue (SimpleStorage, one unit), verl's AgentLoopWorkerTQ and its postprocessing into
+TransferQueue, verl's dataset and collate, verl's ReplayBuffer sampling, our ForgeTrainer advantage step on the
+stored rows, the experience library published through the broker. Stand-in: the LLM server client
+(ScriptedLLMClient), because verl 0.9.1 has no CPU rollout backend.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.timeout(400), pytest.mark.slow]
+
+G = 3  # sessions (environment copies) per task
+TASKS = 2
+MAX_STEPS = 3
+GAMMA = 0.95
+PENALTY = 0.1
+
+
+@pytest.fixture(scope="module")
+def verl_stack(tiny_model_dir, run_config_factory, tmp_path_factory):
+    import ray
+    import transfer_queue as tq
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+    from verl.trainer.ppo.utils import create_rl_dataset
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ
+
+    from recipe.forge.engines.verl.main import prepare_verl_config
+    from recipe.forge.engines.verl.scripted_client import ScriptedLLMClient
+
+    out = tmp_path_factory.mktemp("verl_run")
+    cfg = run_config_factory(
+        [
+            "trainer.engine=verl",
+            "algorithm.adv_estimator=forge",
+            f"algorithm.gamma={GAMMA}",
+            f"algorithm.invalid_action_penalty_coef={PENALTY}",
+            "algorithm.forge.warmup_iterations=0",
+            "algorithm.forge.min_library_size=0",
+            f"algorithm.forge.checkpoint_dir={out / 'library'}",
+            f"actor_rollout_ref.model.path={tiny_model_dir}",
+            "actor_rollout_ref.rollout.name=vllm",
+            "actor_rollout_ref.rollout.agent.num_workers=1",
+            "data.max_prompt_length=2048",
+            "data.max_response_length=32",
+            f"data.train_batch_size={TASKS}",
+            "env.env_name=sokoban",
+            f"env.max_steps={MAX_STEPS}",
+            f"env.rollout.n={G}",
+            "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+            "transfer_queue.backend.SimpleStorage.total_storage_size=10000",
+            f"trainer.default_local_dir={out}",
+            "trainer.total_training_steps=2",
+        ]
+    )
+    cfg = prepare_verl_config(cfg)
+    OmegaConf.resolve(cfg)
+    cfg.transfer_queue.enable = True
+    ray.init(num_cpus=4, include_dashboard=False, runtime_env={"env_vars": {"TRANSFER_QUEUE_ENABLE": "1"}})
+    tq.init(cfg.transfer_queue)
+    try:
+        manager = AgentLoopManagerTQ.create(
+            config=cfg, llm_client=ScriptedLLMClient(cfg), teacher_client=None, reward_loop_worker_handles=None
+        )
+        tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+        dataset = create_rl_dataset(cfg.data.train_files, cfg.data, tokenizer, None, is_train=True, max_samples=8)
+        yield {"cfg": cfg, "manager": manager, "tokenizer": tokenizer, "dataset": dataset}
+    finally:
+        tq.close()
+        ray.shutdown()
+
+
+def rollout(stack, first_row: int, global_steps: int):
+    """Submit TASKS prompts like verl's trainer does and sample the finished groups from the replay buffer."""
+    import transfer_queue as tq
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+    from verl.utils import tensordict_utils as tu
+    from verl.utils.dataset.rl_dataset import collate_fn
+
+    rows = [stack["dataset"][i] for i in range(first_row, first_row + TASKS)]
+    batch_dict = collate_fn(rows)
+    batch_dict["uid"] = np.array([str(uuid.uuid4()) for _ in rows], dtype=object)
+    batch = tu.get_tensordict(batch_dict)
+    tu.assign_non_tensor_data(batch, "global_steps", global_steps)
+    tags = [{"is_prompt": True, "status": "pending", "global_steps": global_steps}] * TASKS
+    tq.kv_batch_put(keys=list(batch["uid"]), partition_id="train", tags=tags)
+    stack["manager"].generate_sequences(batch)
+    buffer = ReplayBuffer(
+        trainer_mode="sync", trainer_config={}, max_off_policy_threshold=None, max_off_policy_strategy="drop",
+        sampler_kwargs={}, poll_interval=0.2, train_batch_size=TASKS, gen_batch_size=TASKS,
+    )
+    meta, _ = buffer.sample(global_steps=global_steps, partition_id="train", batch_size=TASKS)
+    return meta, [r["extra_info"]["seed"] for r in rows]
+
+
+def fetch(meta, fields):
+    import transfer_queue as tq
+
+    return tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=fields)
+
+
+def naive_forge_advantage(rows, uids, w=1.0):
+    """Per-sample loops straight from the definition (mean_norm, episode stats over step samples)."""
+    n = len(rows)
+    score = [r["episode_return"] - PENALTY * (not r["is_action_valid"]) for r in rows]
+    by_traj = defaultdict(list)
+    for i, r in enumerate(rows):
+        by_traj[r["traj_uid"]].append(i)
+    step_return = [0.0] * n
+    for members in by_traj.values():
+        members.sort(key=lambda i: rows[i]["step_index"])
+        running = 0.0
+        for i in reversed(members):
+            running = rows[i]["step_reward"] + GAMMA * running
+            step_return[i] = running
+    step_return = [x - PENALTY * (not r["is_action_valid"]) for x, r in zip(step_return, rows)]
+    advantages = []
+    for i in range(n):
+        same_uid = [j for j in range(n) if uids[j] == uids[i]]
+        episode = score[i] - (sum(score[j] for j in same_uid) / len(same_uid) if len(same_uid) > 1 else 0.0)
+        group = [j for j in same_uid if rows[j]["cluster_id"] == rows[i]["cluster_id"]]
+        step = step_return[i] - sum(step_return[j] for j in group) / len(group) if len(group) > 1 else 0.0
+        advantages.append(episode + w * step)
+    return np.array(advantages)
+
+
+def test_forge_agent_rows_reach_the_batch_and_the_trainer_step(verl_stack):
+    from recipe.forge.engines.verl.scripted_client import DEFAULT_RESPONSES
+    from recipe.forge.engines.verl.trainer import ForgeTrainer
+
+    cfg, tokenizer = verl_stack["cfg"], verl_stack["tokenizer"]
+    trainer = object.__new__(ForgeTrainer)  # only the advantage step and the library are exercised here
+    trainer.config = cfg
+    from recipe.forge.engines.verl.library_driver import LibraryDriver
+
+    trainer.library = LibraryDriver.from_trainer_config(cfg)
+    trainer._driver_clusters = {}
+    trainer.library.begin_iteration(0)
+
+    meta, seeds = rollout(verl_stack, 0, global_steps=1)
+    data = fetch(meta, ["uid", "prompts", "responses", "response_mask", "rm_scores", "rollout_log_probs", "extra_fields"])
+    uids = data.pop("uid").tolist()
+    rows = [getattr(e, "data", e) for e in data.pop("extra_fields").tolist()]
+
+    # one row per environment step, G sessions per task, keys {uid}_{session}_{step}
+    assert len(set(uids)) == TASKS
+    trajs = defaultdict(list)
+    for key, uid, row in zip(meta.keys, uids, rows):
+        assert key.startswith(uid) and key.endswith(f"_{row['step_index']}")
+        assert row["traj_uid"].startswith(uid)
+        assert "reward_extra_info" in row and row["reward_extra_info"]["episode_return"] == row["episode_return"]
+        trajs[row["traj_uid"]].append(row)
+    assert len(trajs) == TASKS * G
+    for steps in trajs.values():
+        steps.sort(key=lambda r: r["step_index"])
+        assert [r["step_index"] for r in steps] == list(range(len(steps)))
+        assert 1 <= len(steps) <= MAX_STEPS
+        assert steps[-1]["episode_return"] == pytest.approx(sum(r["step_reward"] for r in steps))
+        assert all(r["library_version"] == 0 for r in steps)
+        assert all(r["cluster_id"] is not None for r in steps)
+    # the G copies of a task start from the same room
+    for uid in set(uids):
+        first = {r["anchor_obs"] for r in rows if r["step_index"] == 0 and r["traj_uid"].startswith(uid)}
+        assert len(first) == 1
+
+    # tokens: responses decode to the scripted text, the prompt holds the observation, log-probs arrive
+    responses = data["responses"].to_padded_tensor(tokenizer.pad_token_id)
+    prompts = data["prompts"].to_padded_tensor(tokenizer.pad_token_id)
+    logprobs = data["rollout_log_probs"].to_padded_tensor(0.0)
+    for i, row in enumerate(rows):
+        text = tokenizer.decode(responses[i], skip_special_tokens=True)
+        assert text == row["response_text"] and text in DEFAULT_RESPONSES
+        assert row["is_action_valid"] == ("<action>" in text)
+        assert row["anchor_obs"] in tokenizer.decode(prompts[i], skip_special_tokens=True)
+        n_tokens = int(data["response_mask"][i].sum())
+        assert n_tokens == len(tokenizer.encode(text, add_special_tokens=False))
+        assert logprobs[i, :n_tokens].eq(-0.25).all()
+        # verl copies the last step's reward_score onto every row: all equal the episode return here
+        assert float(data["rm_scores"][i].sum()) == pytest.approx(row["episode_return"])
+
+    # the trainer's advantage step on the stored rows equals the definition, with the driver's clusters
+    trainer._compute_advantage(meta, {})
+    absorbed = [trainer._driver_clusters[k] for k in meta.keys]
+    assert all(c is not None and c >= 0 for c in absorbed)
+    stored = fetch(meta, ["advantages", "returns", "rm_scores", "response_mask"])
+    mask = stored["response_mask"].to_padded_tensor(0)
+    advantages = stored["advantages"].to_padded_tensor(0.0)
+    expected = naive_forge_advantage([{**r, "cluster_id": c} for r, c in zip(rows, absorbed)], uids)
+    for i in range(len(rows)):
+        n_tokens = int(mask[i].sum())
+        np.testing.assert_allclose(advantages[i, :n_tokens].numpy(), expected[i], rtol=1e-5, atol=1e-5)
+        penalised = rows[i]["episode_return"] - PENALTY * (not rows[i]["is_action_valid"])
+        assert float(stored["rm_scores"][i].sum()) == pytest.approx(penalised, abs=1e-5)
+
+    # evolution on the driver publishes version 1; the next rollout's rows record it
+    metrics = trainer.library.end_iteration(
+        [{**r, "cluster_id": c} for r, c in zip(rows, absorbed)], iteration=0
+    )
+    assert metrics["forge/library_version"] == 1.0
+    assert metrics["forge/reward_mean"] == pytest.approx(np.mean([t[-1]["episode_return"] for t in trajs.values()]))
+    trainer.library.begin_iteration(1)
+    meta2, _ = rollout(verl_stack, TASKS, global_steps=2)
+    data2 = fetch(meta2, ["prompts", "extra_fields"])
+    rows2 = [getattr(e, "data", e) for e in data2.pop("extra_fields").tolist()]
+    assert {r["library_version"] for r in rows2} == {1}
+    # the rule extractor admitted entries from round one and the gates are open: every step is augmented
+    assert metrics["forge/library_total_size"] > 0
+    prompts2 = data2["prompts"].to_padded_tensor(tokenizer.pad_token_id)
+    for i, row in enumerate(rows2):
+        assert row["experience_text"] and row["experience_ids"]
+        assert row["experience_text"] in tokenizer.decode(prompts2[i], skip_special_tokens=True)
