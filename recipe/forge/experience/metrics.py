@@ -32,9 +32,18 @@ def step_group_stats(records: Sequence[StepRecord]) -> dict[str, float]:
     }
 
 
+def injection_stats(records: Sequence[StepRecord]) -> dict[str, float]:
+    """Share of steps that were given experiences, and experiences injected per step."""
+    counts = np.fromiter((len(r.experience_ids) for r in records), dtype=np.int64, count=len(records))
+    if counts.size == 0:
+        return {"forge/retrieval_hit_rate": 0.0, "forge/experiences_per_step": 0.0}
+    return {"forge/retrieval_hit_rate": float((counts > 0).mean()), "forge/experiences_per_step": float(counts.mean())}
+
+
 @dataclass
 class RetrievalStats:
-    """Counters of what the provider injected since the last reset."""
+    """Counters of this process's provider since ``begin_iteration`` (the driver's step records give the
+    batch-wide ``injection_stats``)."""
 
     queries: int = 0
     hits: int = 0  # steps that received a non-empty experience message
@@ -44,8 +53,8 @@ class RetrievalStats:
     def as_metrics(self) -> dict[str, float]:
         q = max(self.queries, 1)
         return {
-            "forge/retrieval_queries": float(self.queries),
-            "forge/retrieval_hit_rate": self.hits / q,
-            "forge/experiences_per_step": self.injected / q,
-            "forge/retrieval_fallback_rate": self.fallbacks / q,
+            "forge/provider_queries": float(self.queries),
+            "forge/provider_hit_rate": self.hits / q,
+            "forge/provider_experiences_per_step": self.injected / q,
+            "forge/provider_fallback_rate": self.fallbacks / q,
         }

@@ -4,18 +4,22 @@
     system.begin_iteration(i)
     rollout(..., experience_provider=system.provider)      # clusters every step, injects after warm-up
     metrics = system.evolve(batch.trajectories, i)          # once per iteration; saves every library_save_freq
-    system.save(dir) / ExperienceSystem.load(dir, forge_cfg)
+    system.save(dir); system.load(dir)                      # or ExperienceSystem.from_checkpoint(dir, forge_cfg)
+
+``provide`` never changes the library: the links that the retrieval fallback finds and the retrieval counts
+are recorded by ``evolve`` from the step records (their ``cluster_id`` and ``experience_ids``), the same way
+for both engines. Within one iteration this gives the same retrieval results as linking immediately, because
+the library only changes in ``evolve``.
 
 Distributed use: ``snap = system.snapshot()`` is a plain, picklable, JSON-serialisable read-only view with a
-``version``; a worker builds ``ExperienceSystem.from_snapshot(snap).provider``, which never changes the
-library. It gives a step the id of an existing cluster when the observation matches one, else a provisional
-negative id (stable for equal text); the driver calls ``system.absorb(records)`` before computing advantages,
-which replaces provisional ids by real clusters and records retrieval links and counts.
+``version``; a worker builds ``ExperienceSystem.from_snapshot(snap).provider``. Its observation index is a
+private copy: observations matching a published cluster get that cluster's id, new ones found worker-local
+clusters with ids >= ``PROVISIONAL_BASE`` (consistent inside the worker, which holds all G sessions of a task
+group). ``evolve`` (or ``absorb``) on the driver re-assigns such steps to the driver's own clusters first.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -26,7 +30,7 @@ from recipe.forge.experience.extract_llm import LLMExtractor
 from recipe.forge.experience.extract_rule import RuleExtractor
 from recipe.forge.experience.index import ObservationIndex
 from recipe.forge.experience.library import GOLDEN, WARNING, ExperienceLibrary
-from recipe.forge.experience.metrics import RetrievalStats, step_group_stats
+from recipe.forge.experience.metrics import RetrievalStats, injection_stats, step_group_stats
 from recipe.forge.experience.render import ExperienceRenderer
 from recipe.forge.experience.retrieval import Retriever, gates_open
 from recipe.forge.experience.similarity import LSHParams
@@ -50,9 +54,7 @@ def config_dict(cfg: Any) -> dict[str, Any]:
     return {k: get(k, None) for k in CONFIG_KEYS}
 
 
-def provisional_cluster_id(obs: str) -> int:
-    """A negative id, equal for equal text in every process, for an observation no known cluster matches."""
-    return -1 - int.from_bytes(hashlib.blake2b(obs.encode("utf-8"), digest_size=7).digest(), "big")
+PROVISIONAL_BASE = 1 << 48  # cluster ids a snapshot worker founds locally start here
 
 
 @dataclass
@@ -78,7 +80,7 @@ class ExperienceProviderImpl:
 
 class ExperienceSystem:
     def __init__(self, cfg: Any, tokenizer: Any | None = None, llm: Callable[[str], str] | None = None,
-                 embedder: Callable | None = None, lsh: LSHParams | None = None, read_only: bool = False):
+                 embedder: Callable | None = None, lsh: LSHParams | None = None, view: bool = False):
         self.cfg = config_dict(cfg)
         c = self.cfg
         if c["use_embeddings"] and embedder is None:
@@ -95,13 +97,13 @@ class ExperienceSystem:
         self.renderer = ExperienceRenderer(c["max_experience_length"], c["experience_style"], tokenizer)
         self.retriever = Retriever(self.library, c["retrieval_mode"], c["top_k_golden"], c["top_k_warning"],
                                    c["obs_similarity_threshold"], self.embedder)
-        if c["extractor"] == "llm" and not read_only:
+        if c["extractor"] == "llm" and not view:
             if llm is None:
                 raise ValueError("algorithm.forge.extractor='llm' needs an llm callable (or OpenAICompatibleLLM)")
             self.extractor = LLMExtractor(llm)
         else:
             self.extractor = RuleExtractor()
-        self.read_only = read_only
+        self.view = view  # a snapshot-backed worker copy: provides, never evolves
         self.iteration = 0
         self.version = 0
         self.stats = RetrievalStats()
@@ -111,6 +113,7 @@ class ExperienceSystem:
     @classmethod
     def from_config(cls, forge_cfg: Any, tokenizer: Any | None = None, llm: Callable[[str], str] | None = None,
                     **kwargs) -> "ExperienceSystem":
+        """Build everything from a ForgeConfig (or a mapping with its experience keys)."""
         return cls(forge_cfg, tokenizer=tokenizer, llm=llm, **kwargs)
 
     # per step ------------------------------------------------------------------------------------------------
@@ -126,54 +129,44 @@ class ExperienceSystem:
 
     def provide(self, queries: Sequence[StepQuery]) -> list[StepExperience]:
         """Cluster every query (always, also in warm-up) and, once the gates are open, render experiences."""
-        cluster_ids = [self._cluster(q.anchor_obs) for q in queries]
+        cluster_ids = [self.index.assign(q.anchor_obs, self.iteration) for q in queries]
         self.stats.queries += len(queries)
         if not self.injecting:
             return [StepExperience("", cid, ()) for cid in cluster_ids]
         out = []
         for query, cid in zip(queries, cluster_ids):
-            found = self.retriever.retrieve(query.anchor_obs, query.task, cid if cid >= 0 else None)
+            found = self.retriever.retrieve(query.anchor_obs, query.task, cid)
             text, shown = self.renderer.render(found.entries)
-            if not self.read_only:
-                for entry_id in found.new_links:
-                    self.library.link(entry_id, cid)
-                for entry_id in shown:
-                    self.library.entries[entry_id].retrieval_count += 1
             self.stats.hits += bool(shown)
             self.stats.injected += len(shown)
             self.stats.fallbacks += found.fallback
             out.append(StepExperience(text, cid, tuple(str(i) for i in shown)))
         return out
 
-    def _cluster(self, obs: str) -> int:
-        if not self.read_only:
-            return self.index.assign(obs, self.iteration)
-        hit = self.index.match(obs)
-        return hit[0] if hit is not None else provisional_cluster_id(obs)
-
     def absorb(self, records: Sequence[StepRecord]) -> None:
-        """Driver side of distributed rollouts: give provisional clusters real ids (in place) and record the
-        links and retrieval counts of experiences that snapshot providers injected."""
+        """Record what a rollout used: steps without a driver cluster (none, worker-local or evicted) are assigned
+        one (``record.cluster_id`` is updated in place); each injected entry is linked to its step's cluster
+        (this is how the fallback's finds become the cluster's experiences) and its retrieval count grows."""
         for record in records:
-            if record.cluster_id is None or record.cluster_id < 0:
-                record.cluster_id = self.index.assign(record.anchor_obs, self.iteration)
-            elif record.cluster_id in self.index:
-                self.index.assign(self.index.prototype(record.cluster_id), self.iteration)
+            cid = record.cluster_id
+            if cid is None or cid >= PROVISIONAL_BASE or cid not in self.index:
+                record.cluster_id = cid = self.index.assign(record.anchor_obs, self.iteration)
             for raw in record.experience_ids:
-                entry_id = int(raw)
-                if entry_id in self.library.entries:
-                    self.library.entries[entry_id].retrieval_count += 1
-                    if record.cluster_id in self.index:
-                        self.library.link(entry_id, record.cluster_id)
+                entry = self.library.entries.get(int(raw))
+                if entry is not None:
+                    entry.retrieval_count += 1
+                    self.library.link(entry.entry_id, cid)
 
     # per iteration -------------------------------------------------------------------------------------------
 
     def evolve(self, trajectories: Sequence[TrajectoryRecord], iteration: int) -> dict[str, float]:
         """Evolve the library from this iteration's trajectories; save every library_save_freq iterations."""
-        if self.read_only:
+        if self.view:
             raise RuntimeError("a snapshot-backed ExperienceSystem is read-only; evolve the driver's system")
         self.iteration = int(iteration)
         c = self.cfg
+        steps = [s for t in trajectories for s in t.steps]
+        self.absorb(steps)
         result = evolve_library(
             self.library, self.extractor, trajectories, iteration,
             success_threshold=c["success_threshold"], top_k_trajectories=c["top_k_trajectories"],
@@ -190,7 +183,8 @@ class ExperienceSystem:
             "forge/entries_pruned": float(result.pruned),
             "forge/success_threshold": result.threshold,
         }
-        metrics.update(step_group_stats([s for t in trajectories for s in t.steps]))
+        metrics.update(step_group_stats(steps))
+        metrics.update(injection_stats(steps))
         metrics.update(self.metrics())
         if (iteration + 1) % c["library_save_freq"] == 0:
             self.save(c["checkpoint_dir"])
@@ -243,10 +237,16 @@ class ExperienceSystem:
         self.extractor.stats.update(counters.get("extractor", {}))
         self.stats = RetrievalStats(**counters.get("retrieval", {}))
 
+    def load(self, directory: str | Path) -> "ExperienceSystem":
+        """Restore this system in place from a checkpoint (the configured capacities and cluster cap apply);
+        raises CheckpointError for a missing or bad file, leaving the current state untouched."""
+        self._restore(load_payload(directory))
+        return self
+
     @classmethod
-    def load(cls, directory: str | Path, forge_cfg: Any | None = None, tokenizer: Any | None = None,
-             llm: Callable[[str], str] | None = None, **kwargs) -> "ExperienceSystem":
-        """Resume from a checkpoint; raises CheckpointError (never returns an empty library) for a bad file."""
+    def from_checkpoint(cls, directory: str | Path, forge_cfg: Any | None = None, tokenizer: Any | None = None,
+                        llm: Callable[[str], str] | None = None, **kwargs) -> "ExperienceSystem":
+        """A system resumed from a checkpoint, configured by ``forge_cfg`` or else by the saved config."""
         payload = load_payload(directory)
         system = cls(forge_cfg if forge_cfg is not None else payload["config"], tokenizer, llm, **kwargs)
         system._restore(payload)
@@ -260,7 +260,8 @@ class ExperienceSystem:
 
     @classmethod
     def from_snapshot(cls, snap: LibrarySnapshot, tokenizer: Any | None = None, **kwargs) -> "ExperienceSystem":
-        system = cls(snap.config, tokenizer, read_only=True, **kwargs)
+        system = cls(snap.config, tokenizer, view=True, **kwargs)
         system._restore({"iteration": snap.iteration, "version": snap.version, "library": snap.library,
                          "index": snap.index, "counters": {}})
+        system.index.next_id = max(system.index.next_id, PROVISIONAL_BASE)
         return system

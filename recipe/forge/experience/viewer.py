@@ -1,0 +1,158 @@
+"""``slea-rl-library``: inspect an experience-library checkpoint (zones -> levels -> entries, cluster statistics)
+and export it as JSON, Markdown or HTML.
+
+    slea-rl-library checkpoints/forge                       # print the library
+    slea-rl-library ckpt --zone warning --top 5             # one zone, five entries per level
+    slea-rl-library ckpt --export-json lib.json --export-md lib.md --export-html lib.html
+
+The checkpoint is validated first (a damaged file is reported with what is wrong; exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recipe.forge.experience.library import LEVELS
+from recipe.forge.experience.store import CheckpointError, load_payload
+
+
+def organise(payload: dict[str, Any], zone: str | None = None, top: int | None = None) -> dict[str, Any]:
+    """The checkpoint as zones -> levels -> entries (best first: score, support, recency) plus cluster stats."""
+    entries = payload["library"]["entries"]
+    zones: dict[str, dict[str, list[dict]]] = {}
+    for z, levels in LEVELS.items():
+        if zone is not None and z != zone:
+            continue
+        zones[z] = {}
+        for level in levels:
+            rows = [e for e in entries if e["zone"] == z and e["level"] == level]
+            rows.sort(key=lambda e: (-e["score"], -e["support"], -e["updated_iter"], e["entry_id"]))
+            zones[z][level] = rows[:top] if top is not None else rows
+    return {
+        "iteration": payload["iteration"],
+        "version": payload["version"],
+        "capacity": {"golden": payload["library"]["golden_capacity"],
+                     "warning": payload["library"]["warning_capacity"]},
+        "sizes": {z: sum(1 for e in entries if e["zone"] == z) for z in LEVELS},
+        "zones": zones,
+        "clusters": cluster_stats(payload),
+    }
+
+
+def cluster_stats(payload: dict[str, Any], top: int = 10) -> dict[str, Any]:
+    clusters = payload["index"]["clusters"]
+    uses = np.array([c["uses"] for c in clusters], dtype=np.int64)
+    links = Counter(cid for e in payload["library"]["entries"] for cid in e["cluster_ids"])
+    busiest = sorted(clusters, key=lambda c: (-c["uses"], c["cluster_id"]))[:top]
+    return {
+        "count": int(uses.size),
+        "evicted": payload["index"]["evicted"],
+        "exact_mode": payload["index"]["exact"],
+        "threshold": payload["index"]["threshold"],
+        "uses_mean": float(uses.mean()) if uses.size else 0.0,
+        "uses_max": int(uses.max()) if uses.size else 0,
+        "singleton_share": float((uses == 1).mean()) if uses.size else 0.0,
+        "with_experiences": sum(1 for c in clusters if links.get(c["cluster_id"])),
+        "busiest": [{"cluster_id": c["cluster_id"], "uses": c["uses"], "linked_entries": links.get(c["cluster_id"], 0),
+                     "prototype": c["prototype"]} for c in busiest],
+    }
+
+
+def _short(text: str, limit: int = 100) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def as_text(view: dict[str, Any]) -> str:
+    lines = [f"experience library: iteration {view['iteration']}, version {view['version']}, "
+             f"golden {view['sizes']['golden']}/{3 * view['capacity']['golden']}, "
+             f"warning {view['sizes']['warning']}/{3 * view['capacity']['warning']}"]
+    for zone, levels in view["zones"].items():
+        lines.append(f"\n== {zone} ==")
+        for level, rows in levels.items():
+            lines.append(f"  -- {level} ({len(rows)} shown) --")
+            for e in rows:
+                lines.append(f"    #{e['entry_id']:<5} score={e['score']:<7.3g} support={e['support']:<3} "
+                             f"retrieved={e['retrieval_count']:<4} clusters={len(e['cluster_ids']):<3} "
+                             f"it={e['created_iter']}-{e['updated_iter']}  {e['text']}")
+    c = view["clusters"]
+    lines.append(f"\n== clusters ==\n  count {c['count']} (evicted {c['evicted']}, exact mode {c['exact_mode']}, "
+                 f"threshold {c['threshold']}), uses mean {c['uses_mean']:.2f} max {c['uses_max']}, "
+                 f"singletons {c['singleton_share']:.1%}, with experiences {c['with_experiences']}")
+    for b in c["busiest"]:
+        lines.append(f"    c{b['cluster_id']:<6} uses={b['uses']:<5} entries={b['linked_entries']:<3} "
+                     f"{_short(b['prototype'])}")
+    return "\n".join(lines)
+
+
+def as_markdown(view: dict[str, Any]) -> str:
+    out = [f"# Experience library (iteration {view['iteration']}, version {view['version']})", ""]
+    for zone, levels in view["zones"].items():
+        out.append(f"## {zone.capitalize()} zone")
+        for level, rows in levels.items():
+            out += [f"### {level} ({len(rows)})", "", "| id | score | support | retrieved | text |",
+                    "|---:|---:|---:|---:|---|"]
+            out += [f"| {e['entry_id']} | {e['score']:.3g} | {e['support']} | {e['retrieval_count']} | "
+                    f"{e['text'].replace('|', '&#124;')} |" for e in rows]
+            out.append("")
+    c = view["clusters"]
+    out += ["## Clusters", "", f"{c['count']} clusters, {c['evicted']} evicted, mean uses {c['uses_mean']:.2f}, "
+            f"singleton share {c['singleton_share']:.1%}, {c['with_experiences']} with experiences.", ""]
+    return "\n".join(out)
+
+
+def as_html(view: dict[str, Any]) -> str:
+    esc = html.escape
+    parts = [f"<html><head><meta charset='utf-8'><title>Experience library</title></head><body>"
+             f"<h1>Experience library (iteration {view['iteration']}, version {view['version']})</h1>"]
+    for zone, levels in view["zones"].items():
+        parts.append(f"<h2>{esc(zone)} zone</h2>")
+        for level, rows in levels.items():
+            parts.append(f"<h3>{esc(level)} ({len(rows)})</h3><table border='1'><tr><th>id</th><th>score</th>"
+                         "<th>support</th><th>retrieved</th><th>text</th></tr>")
+            parts += [f"<tr><td>{e['entry_id']}</td><td>{e['score']:.3g}</td><td>{e['support']}</td>"
+                      f"<td>{e['retrieval_count']}</td><td>{esc(e['text'])}</td></tr>" for e in rows]
+            parts.append("</table>")
+    c = view["clusters"]
+    parts.append(f"<h2>Clusters</h2><p>{c['count']} clusters, {c['evicted']} evicted, mean uses "
+                 f"{c['uses_mean']:.2f}, singleton share {c['singleton_share']:.1%}.</p></body></html>")
+    return "".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="slea-rl-library", description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", help="checkpoint folder or experience_library.json")
+    parser.add_argument("--zone", choices=list(LEVELS), help="show one zone only")
+    parser.add_argument("--top", type=int, default=None, help="entries per level (default: all)")
+    parser.add_argument("--export-json", type=Path)
+    parser.add_argument("--export-md", type=Path)
+    parser.add_argument("--export-html", type=Path)
+    parser.add_argument("--quiet", action="store_true", help="do not print the library")
+    args = parser.parse_args(argv)
+    try:
+        payload = load_payload(args.checkpoint)
+    except CheckpointError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    view = organise(payload, args.zone, args.top)
+    if args.export_json:
+        args.export_json.write_text(json.dumps(view, indent=2, ensure_ascii=False), encoding="utf-8")
+    if args.export_md:
+        args.export_md.write_text(as_markdown(view), encoding="utf-8")
+    if args.export_html:
+        args.export_html.write_text(as_html(view), encoding="utf-8")
+    if not args.quiet:
+        print(as_text(view))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""The similarity metric and the sub-linear near-duplicate search."""
+
+import difflib
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from recipe.forge.experience import synthetic
+from recipe.forge.experience.similarity import (
+    LSHParams, MinHasher, NearDuplicateIndex, length_bounds, sequence_similarity,
+)
+
+
+def lcs_length(a: str, b: str) -> int:
+    """Textbook O(|a||b|) dynamic programme, the independent reference for the metric."""
+    prev = [0] * (len(b) + 1)
+    for ca in a:
+        cur = [0]
+        for j, cb in enumerate(b):
+            cur.append(prev[j] + 1 if ca == cb else max(prev[j + 1], cur[j]))
+        prev = cur
+    return prev[-1]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(alphabet="abc 12", max_size=25), st.text(alphabet="abc 12", max_size=25))
+def test_similarity_is_twice_lcs_over_total_length(a, b):
+    expected = 1.0 if not a and not b else 2 * lcs_length(a, b) / (len(a) + len(b))
+    assert sequence_similarity(a, b) == pytest.approx(expected, abs=1e-9)
+    assert sequence_similarity(a, b) >= difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() - 1e-9
+
+
+def test_hand_worked_similarity():
+    # "drawer 3" vs "drawer 4": LCS 7 of 8+8 characters -> 14/16
+    assert sequence_similarity("drawer 3", "drawer 4") == pytest.approx(14 / 16)
+    assert sequence_similarity("abc", "") == 0.0
+
+
+def test_length_bounds_are_necessary():
+    rng = random.Random(0)
+    for _ in range(300):
+        a = "".join(rng.choice("ab") for _ in range(rng.randint(1, 20)))
+        b = "".join(rng.choice("ab") for _ in range(rng.randint(1, 20)))
+        if sequence_similarity(a, b) >= 0.85:
+            low, high = length_bounds(len(a), 0.85)
+            assert low <= len(b) <= high
+
+
+def test_search_is_exactly_confirmed_and_finds_near_duplicates():
+    corpus = list(dict.fromkeys(synthetic.corpus(3000, seed=1)))
+    index = NearDuplicateIndex()
+    for i, text in enumerate(corpus):
+        index.add(i, text)
+    rng = random.Random(5)
+    queries = [synthetic.perturb(t, rng, 2) for t in rng.sample(corpus, 150)] + synthetic.corpus(150, seed=9)
+    found = total = 0
+    for q in queries:
+        exact = {i for i, t in enumerate(corpus) if sequence_similarity(q, t) >= 0.85}
+        hits = index.search(q, 0.85)
+        assert {i for i, _ in hits} <= exact  # never a false match
+        assert all(s == pytest.approx(sequence_similarity(q, corpus[i])) for i, s in hits)
+        assert [s for _, s in hits] == sorted((s for _, s in hits), reverse=True)
+        total += bool(exact)
+        found += bool(exact) and bool(hits)
+    assert total > 100
+    assert found / total >= 0.95  # recall of "some match exists" on realistic text
+
+
+def test_exact_only_and_remove():
+    index = NearDuplicateIndex(exact_only=True)
+    index.add(1, "Nothing happens.")
+    index.add(2, "Nothing happens!")
+    assert index.best("Nothing happens.", 0.5) == (1, 1.0)
+    assert index.search("Nothing happens?", 0.5) == []
+    index.remove(1)
+    assert index.best("Nothing happens.", 0.5) is None and len(index) == 1
+    with pytest.raises(KeyError):
+        index.add(2, "again")
+
+
+def test_remove_restores_search_state():
+    index = NearDuplicateIndex()
+    texts = synthetic.corpus(200, seed=3)
+    for i, t in enumerate(texts):
+        index.add(i, t)
+    for i in range(0, 200, 2):
+        index.remove(i)
+    for i, t in enumerate(texts):
+        hit = index.best(t, 0.999)
+        if i % 2:
+            assert hit is not None and hit[1] == 1.0
+        elif hit is not None:
+            assert hit[0] % 2 == 1
+
+
+def test_band_keys_do_not_depend_on_the_process():
+    code = ("from recipe.forge.experience.similarity import MinHasher, LSHParams;"
+            "print(MinHasher(LSHParams()).band_keys('You arrive at drawer 3. The drawer 3 is closed.'))")
+    outs = set()
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        outs.add(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                                check=True).stdout)
+    assert outs == {str(MinHasher(LSHParams()).band_keys("You arrive at drawer 3. The drawer 3 is closed.")) + "\n"}
+
+
+def test_bad_qgram_rejected():
+    with pytest.raises(ValueError, match="qgram"):
+        MinHasher(LSHParams(qgram=5))
