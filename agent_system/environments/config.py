@@ -51,8 +51,12 @@ class SearchConfig:
     search_url: str = "http://127.0.0.1:8000/retrieve"
     topk: int = 3
     timeout_s: float = 10.0
-    train_data: str = ""
+    train_data: str = ""  # parquet/JSONL QA file; empty = the generated offline QA set (not a benchmark)
     val_data: str = ""
+    corpus_path: str = ""  # JSONL {id, contents}: with launch_server, serve it locally (real data)
+    launch_server: bool = True  # start a local BM25 server (built-in corpus, or corpus_path) instead of search_url
+    data_cache_dir: str = "~/.cache/slea_rl/search"  # where the generated QA set and corpus are written
+    builtin_num_questions: int = 1000
 
 
 @dataclass
@@ -118,6 +122,9 @@ class EnvConfig:
         check_int("env.alfworld.num_generated_games", self.alfworld.num_generated_games, 1)
         check_int("env.search.topk", self.search.topk, 1)
         check_range("env.search.timeout_s", self.search.timeout_s, 0, low_inclusive=False)
+        check_int("env.search.builtin_num_questions", self.search.builtin_num_questions, 5)
+        if self.env_name == "search" and not self.search.train_data and self.search.val_data:
+            raise ConfigError("env.search.val_data is set but env.search.train_data is empty; set both (or neither for the built-in QA set)")
         check_int("env.webshop.num_products", self.webshop.num_products, 1)
         check_choice("env.textworld.challenge", self.textworld.challenge, ["tw-coin_collector", "tw-treasure_hunter", "tw-cooking"])
         check_int("env.textworld.level", self.textworld.level, 1)
