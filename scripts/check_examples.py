@@ -11,7 +11,7 @@ would. The overrides are then
 2. validated with recipe.forge.config_schema.validate_config (SLEA-RL's keys and values);
 3. for ``trainer.engine=verl``, checked by verl's own ``validate_config`` (batch sizes against GPUs, micro
    batches, ...) after the same wiring run_verl applies, and its typed actor and rollout sections are
-   instantiated (bad enum values fail here; the model and critic sections load model files, so they are
+   instantiated (bad enum values fail here), the critic's batch settings included (the model files are
    left to the run).
 
 Scripts with no training command (helpers such as retriever launchers) are listed as skipped. Exit status 1
@@ -142,9 +142,18 @@ def check_verl_side(cfg) -> None:
     with open_dict(cfg):
         cfg.actor_rollout_ref.rollout.agent.default_agent_loop = AGENT_NAME
         cfg.actor_rollout_ref.rollout.n = int(cfg.env.rollout.n)
-    verl_validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    use_critic = need_critic(cfg)
+    # verl's validate_config builds the critic's model config, which reads the model files; the critic's own
+    # batch checks run below on its section without the model
+    verl_validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=False)
     omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
     omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+    if use_critic:
+        critic = OmegaConf.create(OmegaConf.to_container(cfg.critic, resolve=True))
+        with open_dict(critic):
+            critic.model = None
+        n_gpus = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes)
+        omega_conf_to_dataclass(critic).validate(n_gpus, int(cfg.data.train_batch_size))
 
 
 def check_command(command: Command) -> None:

@@ -1,0 +1,67 @@
+"""scripts/check_examples.py over every example script, and its verdict on broken ones."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(600)
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "check_examples.py"
+
+
+@pytest.fixture(scope="module")
+def check_examples():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_examples_under_test", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), "-q", *args], cwd=REPO, capture_output=True, text=True, timeout=500)
+
+
+def test_every_example_script_composes_and_validates():
+    proc = run()
+    last = proc.stdout.strip().splitlines()[-1]
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert last.startswith("check_examples OK:") and "0 failed" in last
+    n_scripts = len(list((REPO / "examples").rglob("*.sh")))
+    assert f"{n_scripts} scripts" in last
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("algorithm.forge.step_advantge_w=1.0", "step_advantge_w"),  # typo in a key
+        ("env.max_steps=0", "env.max_steps"),  # bad value in our schema
+        ("actor_rollout_ref.actor.ppo_mini_batch_size=64", "ppo_mini_batch_size"),  # verl's own check
+        ("algorithm.adv_estimator=forje", "adv_estimator"),
+    ],
+)
+def test_a_broken_script_fails_with_the_key_named(check_examples, capsys, tmp_path, override, message):
+    good = (REPO / "examples" / "forge" / "run_alfworld.sh").read_text()
+    broken = tmp_path / "broken.sh"
+    broken.write_text(good.replace('    "$@"', f"    {override} \\\n    \"$@\""))
+    assert check_examples.main(["-q", str(broken)]) == 1
+    out = capsys.readouterr().out
+    assert message in out
+    assert out.strip().splitlines()[-1].startswith("check_examples FAILED: 1 scripts, 1 commands checked, 1 failed")
+
+
+def test_variables_and_continuations_are_expanded(check_examples, tmp_path):
+    script = tmp_path / "vars.sh"
+    script.write_text(
+        "#!/usr/bin/env bash\nSTEPS=${STEPS:-7}\nexport GAMMA=0.9\n"
+        "python3 -m recipe.forge.main_forge \\\n    env.max_steps=$STEPS \\\n"
+        "    algorithm.gamma=${GAMMA} \\\n    # a comment line inside the command\n    trainer.engine=local \"$@\"\n"
+    )
+    (command,) = check_examples.extract_commands(script)
+    assert command.overrides == ["env.max_steps=7", "algorithm.gamma=0.9", "trainer.engine=local"]

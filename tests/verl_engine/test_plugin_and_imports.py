@@ -1,0 +1,69 @@
+"""Registration through the ``verl.plugins`` entry point, checked in fresh processes started outside the repo
+root: a plain ``import verl`` and a Ray worker (where verl runs agent loops and trainers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.timeout(300)
+
+REGISTRATIONS = """
+import json, verl
+from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+import recipe.forge
+print(json.dumps({
+    "estimators": sorted(k for k in ("forge", "gigpo") if k in ADV_ESTIMATOR_REGISTRY),
+    "agent_loop": _agent_loop_registry.get("forge_agent"),
+    "trainer": TRAINER_REGISTRY["forge"].__module__ + "." + TRAINER_REGISTRY["forge"].__name__
+    if "forge" in TRAINER_REGISTRY else None,
+    "recipe_file": recipe.forge.__file__,
+}))
+"""
+
+
+def run_outside_repo(code: str, tmp_path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VERL_USE_EXTERNAL_PLUGINS")}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_import_verl_registers_everything_in_a_fresh_process(tmp_path):
+    from pathlib import Path
+
+    got = run_outside_repo(REGISTRATIONS, tmp_path)
+    assert got["estimators"] == ["forge", "gigpo"]
+    assert got["agent_loop"] == {"_target_": "recipe.forge.engines.verl.agent_loop.ForgeAgentLoop"}
+    assert got["trainer"] == "recipe.forge.engines.verl.trainer.ForgeTrainer"
+    repo = Path(__file__).resolve().parents[2]
+    assert Path(got["recipe_file"]).resolve() == repo / "recipe" / "forge" / "__init__.py"
+
+
+def test_ray_worker_imports_recipe_and_sees_registrations(tmp_path):
+    code = (
+        "import json, ray\n"
+        "ray.init(num_cpus=1, include_dashboard=False)\n"
+        "@ray.remote\n"
+        "def probe():\n"
+        "    import io, contextlib\n"
+        "    out = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(out):\n"
+        f"        exec({REGISTRATIONS!r}, {{}})\n"
+        "    return out.getvalue().strip().splitlines()[-1]\n"
+        "print(ray.get(probe.remote()))\n"
+        "ray.shutdown()\n"
+    )
+    got = run_outside_repo(code, tmp_path)
+    assert got["estimators"] == ["forge", "gigpo"]
+    assert got["agent_loop"]["_target_"].endswith("ForgeAgentLoop")
+    assert got["trainer"].endswith("ForgeTrainer")
+    assert got["recipe_file"].endswith(os.path.join("recipe", "forge", "__init__.py"))
