@@ -36,3 +36,41 @@ def cfg():
         base.update(overrides)
         return ForgeConfig(**base)
     return build
+
+
+def run_iteration(system, iteration, seed, n_tasks=3, group=2, horizon=4):
+    """One simulated iteration: ALFWorld-like episodes query the provider at every step, then evolve.
+
+    Returns (the provider's outputs in order, the evolve metrics). Fully determined by ``seed``.
+    """
+    import random
+
+    from agent_system.multi_turn_rollout.protocols import StepQuery
+    from recipe.forge.experience import synthetic
+
+    rng = random.Random(seed)
+    system.begin_iteration(iteration)
+    outputs, trajectories = [], []
+    for task_i in range(n_tasks):
+        task_type, task = synthetic.alfworld_task(rng)
+        places = [synthetic.alfworld_observation(rng) for _ in range(horizon)]
+        for g in range(group):
+            uid, traj_uid = f"{iteration}-{task_i}", f"{iteration}-{task_i}-{g}"
+            steps = []
+            for step, obs in enumerate(places[: rng.randint(1, horizon)]):
+                exp = system.provider.provide([StepQuery(obs, task, task_type, uid, traj_uid, step)])[0]
+                outputs.append(exp)
+                steps.append((obs, rng.choice(["go to drawer 1", "take mug 1 from desk 1", "look", "open fridge 1"]),
+                              exp))
+            reward = rng.choice([0.0, 10.0])
+            t = make_traj(uid, traj_uid, task, [(o, a) for o, a, _ in steps], reward, task_type=task_type,
+                          clusters=[e.cluster_id for _, _, e in steps])
+            for record, (_, _, e) in zip(t.steps, steps):
+                record.experience_ids = e.entry_ids
+            trajectories.append(t)
+    return outputs, system.evolve(trajectories, iteration)
+
+
+@pytest.fixture
+def iterate():
+    return run_iteration

@@ -1,14 +1,14 @@
-"""Metrics of the experience system that are computed from step records (vectorised)."""
+"""Metrics of the experience system computed from step records (hashed counting, no per-group loops)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from agent_system.multi_turn_rollout.protocols import StepRecord
-from recipe.forge.core_forge import combine_codes, factorize
 
 
 def step_group_stats(records: Sequence[StepRecord]) -> dict[str, float]:
@@ -19,13 +19,10 @@ def step_group_stats(records: Sequence[StepRecord]) -> dict[str, float]:
     if not records:
         return {"forge/step_groups": 0.0, "forge/step_group_mean_size": 0.0, "forge/step_group_max_size": 0.0,
                 "forge/step_group_singleton_share": 0.0}
-    uid_codes, _ = factorize([r.uid for r in records])
-    keys = [f"c{r.cluster_id}" if r.cluster_id is not None else f"solo{i}" for i, r in enumerate(records)]
-    cluster_codes, _ = factorize(keys)
-    group, n_groups = combine_codes(uid_codes, cluster_codes)
-    sizes = np.bincount(group, minlength=n_groups)
+    groups = Counter((r.uid, r.cluster_id if r.cluster_id is not None else ("solo", i)) for i, r in enumerate(records))
+    sizes = np.fromiter(groups.values(), dtype=np.int64, count=len(groups))
     return {
-        "forge/step_groups": float(n_groups),
+        "forge/step_groups": float(sizes.size),
         "forge/step_group_mean_size": float(sizes.mean()),
         "forge/step_group_max_size": float(sizes.max()),
         "forge/step_group_singleton_share": float((sizes == 1).mean()),

@@ -1,11 +1,11 @@
 """Checkpoint file of the experience system: one JSON document, written atomically, validated on load.
 
-Layout: ``{"format": "slea-rl-experience", "schema_version": 1, "sha256": <hex of the payload's canonical
-JSON>, "payload": {...}}``. The payload holds the library, the observation index, the iteration, the library
+Layout: ``{"format": "slea-rl-experience", "schema_version": 1, "payload": {...}, "sha256": <hex of the
+payload's canonical JSON (sorted keys, no spaces, UTF-8)>}``. The payload holds the library, the observation index, the iteration, the library
 version and the counters, so a resumed run continues exactly where the saved one stopped.
 
-Writing: a temporary file in the same folder, flushed and fsync'ed, then ``os.replace`` onto the final name
-and an fsync of the folder. A crash at any moment leaves either the previous complete file or the new one.
+Writing: the payload is streamed (serialised once, hashed on the way) into a temporary file in the same folder,
+flushed and fsync'ed, then ``os.replace``d onto the final name, then the folder is fsync'ed. A crash at any moment leaves either the previous complete file or the new one.
 Loading never returns an empty library for a bad file: a missing, truncated, damaged, foreign or newer file
 raises :class:`CheckpointError` naming the file and what is wrong.
 """
@@ -38,8 +38,11 @@ class CheckpointError(RuntimeError):
     """A checkpoint file cannot be used; the message names the file and the fault."""
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def _canonical(payload: dict[str, Any]) -> bytes:
-    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _ENCODER.encode(payload).encode("utf-8")
 
 
 def checkpoint_path(directory: str | os.PathLike) -> Path:
@@ -51,14 +54,18 @@ def save_payload(directory: str | os.PathLike, payload: dict[str, Any]) -> Path:
     validate_payload(payload, "<in memory>")
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
-    body = _canonical(payload)
-    document = {"format": FORMAT, "schema_version": SCHEMA_VERSION, "sha256": hashlib.sha256(body).hexdigest(),
-                "payload": payload}
-    data = json.dumps(document, ensure_ascii=False).encode("utf-8")
+    for stale in folder.glob(f".{FILENAME}.*.tmp"):  # left by a writer killed mid-save (one writer per folder)
+        stale.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{FILENAME}.", suffix=".tmp", dir=folder)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            # streamed: the payload is serialised once, hashed and written chunk by chunk
+            fh.write(json.dumps({"format": FORMAT, "schema_version": SCHEMA_VERSION})[:-1] + ', "payload": ')
+            digest = hashlib.sha256()
+            for chunk in _ENCODER.iterencode(payload):
+                fh.write(chunk)
+                digest.update(chunk.encode("utf-8"))
+            fh.write(f', "sha256": "{digest.hexdigest()}"}}\n')
             fh.flush()
             os.fsync(fh.fileno())
         target = checkpoint_path(folder)

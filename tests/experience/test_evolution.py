@@ -1,0 +1,151 @@
+"""Evolution: outcome partition, selection, extractors (rule and LLM), rate limits, admission, metrics."""
+
+import json
+
+import httpx
+import pytest
+
+from recipe.forge.experience import ExperienceSystem
+from recipe.forge.experience.evolution import dedupe, partition, rate_limit, select
+from recipe.forge.experience.extract_llm import LLMExtractor, OpenAICompatibleLLM, parse_llm_output
+from recipe.forge.experience.extract_rule import RuleExtractor
+from recipe.forge.experience.library import GOLDEN, LEVELS, WARNING, Candidate
+
+OBS = ["-= Welcome =- You are in the middle of a room.", "You arrive at countertop 1. You see a mug 1.",
+       "You pick up the mug 1 from the countertop 1.", "You arrive at coffeemachine 1."]
+
+
+def test_partition_threshold_median_and_faults(traj):
+    ts = [traj("u", f"t{i}", "task", [("o", "a")], r) for i, r in enumerate([0.0, 2.0, 5.0, 10.0])]
+    ts.append(traj("u", "crashed", "task", [("o", "a")], 10.0, failure_reason="worker crashed"))
+    ok, bad, eta = partition(ts, 0.5)
+    assert [t.traj_uid for t in ok] == ["t1", "t2", "t3"] and [t.traj_uid for t in bad] == ["t0"] and eta == 0.5
+    ok, bad, eta = partition(ts, None)  # median of 0, 2, 5, 10 = 3.5
+    assert eta == 3.5 and [t.traj_uid for t in ok] == ["t2", "t3"]
+    assert partition([], None) == ([], [], 0.0)
+
+
+def test_select_top_successes_and_bottom_failures(traj):
+    succ = [traj("u", f"s{i}", "t", [("o", "a")] * n, r) for i, (r, n) in enumerate([(5, 3), (10, 4), (10, 2)])]
+    fail = [traj("u", f"f{i}", "t", [("o", "a")] * n, r) for i, (r, n) in enumerate([(0, 3), (0.2, 1), (0, 5)])]
+    best, worst = select(succ, fail, 2)
+    assert [t.traj_uid for t in best] == ["s2", "s1"]  # highest return, then shorter
+    assert [t.traj_uid for t in worst] == ["f2", "f0"]  # lowest return, then longer
+
+
+def test_rule_extractor_every_level_of_both_zones(traj):
+    win = traj("u", "w", "put a hot mug in coffeemachine.", list(zip(OBS, [
+        "go to countertop 1", "take mug 1 from countertop 1", "go to coffeemachine 1", "put mug 1 in/on coffeemachine 1"
+    ])), 10.0, clusters=[0, 1, 2, 3])
+    loss = traj("u", "l", "put a hot mug in coffeemachine.", [(OBS[0], "look"), (OBS[0], "look"), (OBS[0], "zzz"),
+                                                              (OBS[1], "look")], 0.0, clusters=[0, 0, 0, 1],
+                valid=[True, True, False, True])
+    out = RuleExtractor().extract([win], [loss], 0.5)
+    got = {(c.zone, c.level): c for c in out}
+    assert set(got) == {(z, l) for z in LEVELS for l in LEVELS[z]}
+    assert got[(GOLDEN, "principle")].text == ("For pick_and_place tasks, a plan of this shape succeeded: "
+                                               "go -> take -> go -> put.")
+    assert "go to countertop 1; take mug 1 from countertop 1;" in got[(GOLDEN, "method")].text
+    example = got[(GOLDEN, "example")]
+    assert example.key == OBS[3] and example.cluster_ids == [3] and "put mug 1 in/on coffeemachine 1" in example.text
+    assert all(c.score == 10.0 for c in out if c.zone == GOLDEN)
+    assert got[(WARNING, "mistake")].text.startswith("1 of 4 actions were invalid")
+    assert got[(WARNING, "pattern")].text.startswith('Repeating "look" (3 times in 4 steps)')
+    assert got[(WARNING, "diagnostic")].key == OBS[1] and got[(WARNING, "diagnostic")].cluster_ids == [1]
+    assert all(c.score == 0.5 for c in out if c.zone == WARNING)  # threshold - return
+
+
+def test_dedupe_and_rate_limit_spread_over_levels():
+    c = lambda text, level, score: Candidate(text=text, zone=GOLDEN, level=level, score=score, cluster_ids=[1])
+    merged = dedupe([c("a", "method", 1.0), c("a", "method", 3.0), c("b", "method", 2.0)])
+    assert [(m.text, m.score, m.support) for m in merged] == [("a", 3.0, 2), ("b", 2.0, 1)]
+    pool = [c(f"p{i}", "principle", 5.0) for i in range(3)] + [c(f"m{i}", "method", 5.0) for i in range(3)] + \
+           [c("e0", "example", 5.0), c("low", "example", 1.0)]
+    chosen = [x.text for x in rate_limit(pool, GOLDEN, 4)]
+    assert chosen == ["p0", "m0", "e0", "p1"]
+    assert rate_limit(pool, WARNING, 4) == []
+
+
+def test_evolve_respects_rate_limits_and_reports_metrics(cfg, traj):
+    system = ExperienceSystem.from_config(cfg(max_strategies_per_iter=2, max_warnings_per_iter=1,
+                                              top_k_trajectories=1))
+    ts = [traj("u", f"w{i}", f"task {i}", [(OBS[i], f"act {i}")], 10.0 - i, clusters=[i]) for i in range(3)]
+    ts += [traj("u", f"l{i}", f"task {i}", [(OBS[i], "look")] * 2, 0.0, clusters=[i, i]) for i in range(2)]
+    metrics = system.evolve(ts, 0)
+    assert metrics["forge/strategies_added"] == 2 and metrics["forge/warnings_added"] == 1
+    assert system.library.size(GOLDEN) == 2 and system.library.size(WARNING) == 1
+    assert {e.task for e in system.library.all_entries()} <= {"task 0"}  # K_traj=1: best success / worst failure
+    for key in ("forge/library_golden_size", "forge/library_warning_size", "forge/library_total_size",
+                "forge/retrieval_hit_rate", "forge/experiences_per_step", "forge/cluster_count",
+                "forge/step_group_singleton_share", "forge/step_group_mean_size"):
+        assert key in metrics
+    assert metrics["forge/library_total_size"] == 3.0
+    # step groups (uid, cluster): cluster 0 holds w0 + 2 l0 steps, cluster 1 w1 + 2 l1, cluster 2 w2 -> 3 groups
+    assert metrics["forge/step_groups"] == 3 and metrics["forge/step_group_singleton_share"] == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("reply, levels, bad", [
+    ('[{"level": "principle", "text": "heat first"}, {"level": "method", "text": "go; take"}]',
+     ["principle", "method"], 0),
+    ('Sure! ```json\n[{"level": "example", "text": "at the fridge open it"}]\n``` hope it helps', ["example"], 0),
+    ('Here: [{"level": "principle", "text": "a"}, {"level": "mistake", "text": "wrong zone"}, {"text": "x"}, 3]',
+     ["principle"], 3),
+    ("principle: always check the fridge\n- **method**: go to fridge; open it\nnoise line", ["principle", "method"], 0),
+    ("I cannot help with that.", [], 1),
+    ('[{"level": "method", "text": ""}]', [], 1),
+    ('[{"level": "method", "text": "' + "x" * 2000 + '"}]', [], 1),
+    ("[not json at all", [], 1),
+])
+def test_llm_output_parsing_is_robust(reply, levels, bad):
+    pairs, malformed = parse_llm_output(reply, GOLDEN)
+    assert [lvl for lvl, _ in pairs] == levels and malformed == bad
+
+
+def test_llm_extractor_counts_failures_and_never_raises(traj):
+    win = traj("u", "w", "task", [(OBS[0], "go to countertop 1")], 10.0, clusters=[4])
+    loss = traj("u", "l", "task", [(OBS[1], "look")], 0.0, clusters=[5])
+    prompts = []
+
+    def llm(prompt):
+        prompts.append(prompt)
+        if "SUCCESSFUL" in prompt:
+            return '[{"level": "method", "text": "go to countertop 1 first"}, {"level": "bogus", "text": "x"}]'
+        raise ConnectionError("endpoint down")
+
+    ext = LLMExtractor(llm)
+    out = ext.extract([win], [loss], 0.5)
+    assert [(c.zone, c.level, c.text, c.cluster_ids) for c in out] == [(GOLDEN, "method", "go to countertop 1 first",
+                                                                         [4])]
+    assert ext.stats == {"llm_calls": 2, "llm_errors": 1, "malformed": 1}
+    assert "go to countertop 1" in prompts[0] and "FAILED" in prompts[1]
+    assert LLMExtractor(lambda p: None).extract([win], [], 0.5) == []
+
+
+def test_llm_extractor_in_the_system_and_config_errors(cfg, traj):
+    with pytest.raises(ValueError, match="extractor='llm' needs an llm"):
+        ExperienceSystem.from_config(cfg(extractor="llm"))
+    system = ExperienceSystem.from_config(cfg(extractor="llm"), llm=lambda p: '[{"level": "mistake", "text": "m"},'
+                                          '{"level": "principle", "text": "p"}]')
+    system.evolve([traj("u", "w", "t", [(OBS[0], "a")], 10.0), traj("u", "l", "t", [(OBS[1], "b")], 0.0)], 0)
+    assert {(e.zone, e.level, e.text) for e in system.library.all_entries()} == {(GOLDEN, "principle", "p"),
+                                                                                (WARNING, "mistake", "m")}
+    assert system.metrics()["forge/extractor_malformed"] == 2  # one wrong-zone item per reply
+
+
+def test_openai_compatible_endpoint_through_a_mock_transport():
+    seen = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen["path"] = request.url.path
+        seen["body"] = json.loads(request.content)
+        return httpx.Response(200, json={
+            "id": "x", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": '[{"level": "method", "text": "ok"}]'}}],
+        })
+
+    llm = OpenAICompatibleLLM("http://llm.local/v1", "policy", http_client=httpx.Client(
+        transport=httpx.MockTransport(handler)))
+    assert llm("hello") == '[{"level": "method", "text": "ok"}]'
+    assert seen["path"] == "/v1/chat/completions" and seen["body"]["model"] == "policy"
+    assert seen["body"]["messages"] == [{"role": "user", "content": "hello"}]
