@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO / "recipe" / "forge" / "config"
 ENTRY = "recipe.forge.main_forge"
 _ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+_COMMAND_SUBSTITUTION = re.compile(r"\$\([^()]*\)")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -51,7 +52,8 @@ class Report:
 
 
 def expand(text: str, variables: dict[str, str]) -> str:
-    """Expand ``${V}``, ``${V:-default}`` and ``$V`` with the script's variables (unknown: default or "")."""
+    """Expand ``${V}``, ``${V:-default}`` and ``$V`` with the script's variables (unknown: default or ""), and
+    ``$(command)`` to the placeholder "command-output"."""
 
     def repl(match: re.Match) -> str:
         name = match.group(1) or match.group(3)
@@ -60,7 +62,8 @@ def expand(text: str, variables: dict[str, str]) -> str:
         default = match.group(2)
         return expand(default, variables) if default is not None else ""
 
-    return _VAR.sub(repl, text)
+    # a command substitution's output is unknown statically: a fixed placeholder keeps the value parseable
+    return _VAR.sub(repl, _COMMAND_SUBSTITUTION.sub("command-output", text))
 
 
 def logical_lines(source: str) -> list[tuple[int, str]]:

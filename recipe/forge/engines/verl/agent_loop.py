@@ -53,6 +53,8 @@ class ForgeAgentLoop(AgentLoopBase):
         env_section = OmegaConf.to_container(self.config.env, resolve=True) if "env" in self.config else {}
         self.env_config = env_config_from_mapping(env_section)
         self.response_length = int(self.rollout_config.response_length)
+        # self-distillation: rows carry the plain (student) prompt, the library-augmented one is the teacher's
+        self.distill = bool(OmegaConf.select(self.config, "algorithm.forge.use_distillation", default=False))
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> list[AgentLoopOutput]:
         extra_info = dict(kwargs.get("extra_info") or {})
@@ -76,6 +78,10 @@ class ForgeAgentLoop(AgentLoopBase):
                 started = time.perf_counter()
                 generated = await self._generate(messages, sampling_params)
                 gen_seconds = time.perf_counter() - started
+                generated["teacher_prompt_ids"] = None
+                if self.distill and experience.text:
+                    generated["teacher_prompt_ids"] = generated["prompt_ids"]
+                    generated["prompt_ids"] = await self.ct_build_initial_tokens(build_messages("", view))
                 started = time.perf_counter()
                 outcome, next_view = await session.step(generated["text"])
                 env_seconds += time.perf_counter() - started
@@ -161,6 +167,7 @@ class ForgeAgentLoop(AgentLoopBase):
                 "experience_ids": list(experience.entry_ids),
                 "experience_text": experience.text,
                 "prompt_text": view.prompt,
+                "teacher_prompt_ids": s["teacher_prompt_ids"],
                 "failure_reason": failure,
                 "reward_extra_info": dict(outcome_info),
             }

@@ -24,7 +24,7 @@ from recipe.forge.config_schema import validate_config
 from recipe.forge.engines.verl.agent_loop import AGENT_NAME
 from recipe.forge.engines.verl.trainer import TRAINER_MODE
 
-DEFAULT_TRAIN_TASKS = 100_000  # more rows than any run consumes; the dataloader reshuffles per epoch
+DEFAULT_TRAIN_TASKS = 10_000  # tasks per epoch when trainer.total_training_steps is unset (the dataloader reshuffles)
 
 
 def task_rows(env_name: str, seeds: np.ndarray, split: str) -> pd.DataFrame:

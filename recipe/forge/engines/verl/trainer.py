@@ -29,12 +29,15 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.debug import marked_timer
 from verl.workers.utils.padding import response_to_nested
 
+from recipe.forge.distillation import distillation_weight
 from recipe.forge.engines.verl import step_batch
+from recipe.forge.engines.verl.distill import check_distillation_config, distillation_advantage
 from recipe.forge.engines.verl.library_driver import LibraryDriver
 
 logger = logging.getLogger(__name__)
 
 TRAINER_MODE = "forge"
+TEACHER_PARTITION = "forge_teacher"
 
 
 def rows_to_step_data(batch: KVBatchMeta) -> tuple[np.ndarray, Any, list[dict], np.ndarray]:
@@ -99,6 +102,13 @@ class ForgeTrainer(PPOTrainerSync):
         super().__init__(config)
         self.library = LibraryDriver.from_trainer_config(config)
         self._driver_clusters: dict[str, int | None] = {}  # batch key -> cluster id after absorb
+        self.distill = bool(config.algorithm.forge.use_distillation) and self.library.enabled
+        if self.distill:
+            from agent_system.environments.config import env_config_from_mapping
+            from omegaconf import OmegaConf
+
+            check_distillation_config(config.algorithm, env_config_from_mapping(OmegaConf.to_container(config.env)))
+        self._teacher_log_probs: dict[str, torch.Tensor] = {}  # batch key -> (response_len,) teacher log-probs
 
     def on_init_end(self):
         super().on_init_end()
@@ -129,7 +139,84 @@ class ForgeTrainer(PPOTrainerSync):
         )
         batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
         if estimator not in step_batch.STEP_ESTIMATORS:
-            return super()._compute_advantage(batch, metrics)
+            batch = super()._compute_advantage(batch, metrics)
+        if self.distill:
+            batch = self._add_distillation_term(batch, metrics)
+        return batch
+
+    # ------------------------------------------------------------ self-distillation
+    def _compute_old_log_prob(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        batch = super()._compute_old_log_prob(batch, metrics)
+        if self.distill:
+            self._compute_teacher_log_probs(batch)
+        return batch
+
+    def _compute_teacher_log_probs(self, batch: KVBatchMeta) -> None:
+        """The actor's log-prob pass over (library-augmented prompt + the same response) of every row that had
+        experiences; the result stays on the driver until the advantage step."""
+        from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+        _, _, extra, real = rows_to_step_data(batch)
+        rows = [i for i in np.flatnonzero(real) if extra[i].get("teacher_prompt_ids")]
+        self._teacher_log_probs = {}
+        if not rows:
+            return
+        keys = [batch.keys[i] for i in rows]
+        full = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id)
+        if any(len(m) for m in full.pop("multi_modal_inputs", [{}] * len(rows)).tolist() if isinstance(m, dict)):
+            raise ValueError("self-distillation on the verl engine supports text observations only")
+        samples, tags = [], []
+        for j, i in enumerate(rows):
+            sample = {name: full[name][j] for name in ("responses", "response_mask", "rollout_log_probs") if name in full}
+            prompt = torch.tensor(extra[i]["teacher_prompt_ids"], dtype=torch.int64)
+            sample["prompts"] = prompt
+            sample["input_ids"] = torch.cat([prompt, sample["responses"]])
+            sample["attention_mask"] = torch.ones_like(sample["input_ids"])
+            sample["position_ids"] = torch.arange(sample["input_ids"].numel(), dtype=torch.int64)
+            sample["loss_mask"] = sample["response_mask"]
+            sample["multi_modal_inputs"] = {}
+            samples.append(sample)
+            tag = dict(batch.tags[i])
+            tag.update(prompt_len=prompt.numel(), seq_len=int(sample["input_ids"].numel()))
+            tags.append(tag)
+        teacher_keys = [f"{key}_teacher" for key in keys]
+        tq.kv_batch_put(keys=teacher_keys, partition_id=TEACHER_PARTITION, fields=list_of_dict_to_tensordict(samples), tags=tags)
+        meta = self._balance_batch(KVBatchMeta(partition_id=TEACHER_PARTITION, keys=teacher_keys, tags=tags), {}, "forge_teacher_seqlen")
+        meta.extra_info.update(
+            {"calculate_entropy": False, "compute_loss": False, "temperature": self.config.actor_rollout_ref.rollout.temperature}
+        )
+        self.actor_rollout_wg.compute_log_prob(meta)
+        out = tq.kv_batch_get(keys=teacher_keys, partition_id=TEACHER_PARTITION, select_fields=["log_probs", "response_mask"])
+        log_probs = response_from_nested(out.pop("log_probs"), out["response_mask"])
+        for key, values in zip(keys, log_probs.unbind()):
+            self._teacher_log_probs[key] = values
+        tq.kv_clear(keys=meta.keys, partition_id=TEACHER_PARTITION)
+
+    def _add_distillation_term(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        """advantages (and returns) += -w (log pi_student - log pi_teacher) on the rows that had a teacher."""
+        forge = self.config.algorithm.forge
+        capacity = 3 * (int(forge.golden_capacity_per_level) + int(forge.warning_capacity_per_level))
+        weight = distillation_weight(len(self.library.system.library), capacity, float(forge.max_distill_weight))
+        metrics["forge/distill_weight"] = weight
+        keys = [k for k in batch.keys if k in self._teacher_log_probs]
+        if not keys or weight == 0.0:
+            return batch
+        data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["old_log_probs", "advantages", "response_mask"])
+        nested_mask = data["response_mask"]
+        padded = data.to_padded_tensor()
+        teacher = torch.nn.utils.rnn.pad_sequence([self._teacher_log_probs[k] for k in keys], batch_first=True)
+        teacher = teacher[:, : padded["old_log_probs"].shape[1]]
+        term = distillation_advantage(padded["old_log_probs"], teacher, padded["response_mask"], weight)
+        advantages = padded["advantages"] + term
+        metrics["forge/distill_logprob_gap"] = float(
+            ((padded["old_log_probs"] - teacher) * padded["response_mask"]).sum() / padded["response_mask"].sum().clamp(min=1)
+        )
+        fields = TensorDict(
+            {"advantages": response_to_nested(advantages, nested_mask), "returns": response_to_nested(advantages, nested_mask)},
+            batch_size=len(keys),
+        )
+        tq.kv_batch_put(keys=keys, partition_id=batch.partition_id, fields=fields)
+        self._teacher_log_probs = {}
         return batch
 
     # ------------------------------------------------------------- iteration end

@@ -1,0 +1,35 @@
+"""GPU-only: scripts/gpu_smoke.sh trains 2 iterations on Sokoban with vLLM + FSDP and reports its figures."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_gpu_smoke_script_is_a_valid_run_config():
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("check_examples_for_smoke", REPO / "scripts" / "check_examples.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    assert module.main(["-q", str(REPO / "scripts" / "gpu_smoke.sh")]) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(1800)
+def test_gpu_smoke_runs_two_iterations(tmp_path):
+    proc = subprocess.run(
+        ["bash", "scripts/gpu_smoke.sh"], cwd=REPO, env={**__import__("os").environ, "OUT": str(tmp_path)},
+        capture_output=True, text=True, timeout=1700,
+    )
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
+    figures = re.findall(r"gpu_smoke iteration (\d+): ([0-9.]+) s, rollout ([0-9]+) tokens/s", proc.stdout)
+    assert [f[0] for f in figures] == ["1", "2"]
+    assert all(float(f[1]) > 0 and int(f[2]) > 0 for f in figures)
