@@ -76,8 +76,10 @@ class TextworldConfig:
 
 @dataclass
 class AppworldConfig:
-    python: str = ""  # interpreter of AppWorld's own environment (it pins old pydantic / SQLAlchemy)
+    python: str = ""  # interpreter of AppWorld's own environment (it pins old pydantic / SQLAlchemy); "" = this one
     dataset: str = "train"
+    val_dataset: str = "dev"
+    use_standin: bool = False  # True: the bundled stand-in apps instead of AppWorld (tests / demos, not a benchmark)
 
 
 @dataclass
