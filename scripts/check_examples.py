@@ -12,7 +12,8 @@ would. The overrides are then
 3. for ``trainer.engine=verl``, checked by verl's own ``validate_config`` (batch sizes against GPUs, micro
    batches, ...) after the same wiring run_verl applies, and its typed actor and rollout sections are
    instantiated (bad enum values fail here), the critic's batch settings included (the model files are
-   left to the run).
+   left to the run). Without vLLM installed, a LoRA rank is checked against vLLM's allowed values instead of
+   through verl's vLLM import.
 
 Scripts with no training command (helpers such as retriever launchers) are listed as skipped. Exit status 1
 on any failure; the last line printed is a one-line summary.
@@ -148,6 +149,7 @@ def check_verl_side(cfg) -> None:
     use_critic = need_critic(cfg)
     # verl's validate_config builds the critic's model config, which reads the model files; the critic's own
     # batch checks run below on its section without the model
+    check_lora_rank_without_vllm(cfg)
     verl_validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=False)
     omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
     omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
@@ -157,6 +159,27 @@ def check_verl_side(cfg) -> None:
             critic.model = None
         n_gpus = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes)
         omega_conf_to_dataclass(critic).validate(n_gpus, int(cfg.data.train_batch_size))
+
+
+# vLLM's allowed max_lora_rank values, the fallback verl itself uses (verl.workers.rollout.vllm_rollout.utils)
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def check_lora_rank_without_vllm(cfg) -> None:
+    """verl checks a LoRA rank against vLLM by importing its vLLM rollout, which needs vLLM installed. Where it is
+    not (CPU machines), check the rank against vLLM's allowed values here and leave verl's check out."""
+    import importlib.util
+
+    from omegaconf import open_dict
+
+    model = cfg.actor_rollout_ref.model
+    rank = int(model.get("lora_rank", 0) or 0)
+    if rank <= 0 or cfg.actor_rollout_ref.rollout.name != "vllm" or importlib.util.find_spec("vllm") is not None:
+        return
+    if rank > max(VLLM_LORA_RANKS):
+        raise ValueError(f"actor_rollout_ref.model.lora_rank={rank} exceeds vLLM's maximum {max(VLLM_LORA_RANKS)}")
+    with open_dict(cfg):
+        model.lora_rank = 0  # the rest of verl's checks still run
 
 
 def check_command(command: Command) -> None:

@@ -45,6 +45,8 @@ PY
     data.val_batch_size=8 \
     data.max_prompt_length=1024 \
     data.max_response_length=128 \
+    actor_rollout_ref.rollout.prompt_length=1024 \
+    actor_rollout_ref.rollout.response_length=128 \
     data.dataloader_num_workers=0 \
     actor_rollout_ref.model.path="$MODEL_DIR" \
     actor_rollout_ref.model.use_remove_padding=True \

@@ -25,6 +25,8 @@ python3 -m recipe.forge.main_forge \
     data.val_batch_size=128 \
     data.max_prompt_length=2048 \
     data.max_response_length=512 \
+    actor_rollout_ref.rollout.prompt_length=2048 \
+    actor_rollout_ref.rollout.response_length=512 \
     actor_rollout_ref.model.path="$MODEL" \
     actor_rollout_ref.model.use_remove_padding=True \
     actor_rollout_ref.model.enable_gradient_checkpointing=True \
