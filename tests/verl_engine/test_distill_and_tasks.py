@@ -56,12 +56,14 @@ def test_task_files_hold_train_and_held_out_validation_seeds(run_config_factory,
         [
             "trainer.engine=verl", f"trainer.default_local_dir={tmp_path}", "trainer.total_training_steps=5",
             "data.train_batch_size=4", "data.val_batch_size=6", "env.rollout.n=3", "env.val_seed_offset=1000",
+            "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct",  # a hub id stays as it is
         ]
     )
     prepared = prepare_verl_config(cfg)
     assert prepared.actor_rollout_ref.rollout.n == 3
     assert prepared.actor_rollout_ref.rollout.agent.default_agent_loop == "forge_agent"
     assert prepared.trainer.v1.trainer_mode == "forge"
+    assert prepared.actor_rollout_ref.model.path == "Qwen/Qwen2.5-0.5B-Instruct"
     train, val = pd.read_parquet(prepared.data.train_files), pd.read_parquet(prepared.data.val_files)
     train_seeds = np.array([e["seed"] for e in train["extra_info"]])
     val_seeds = np.array([e["seed"] for e in val["extra_info"]])

@@ -66,7 +66,13 @@ def prepare_verl_config(cfg: DictConfig) -> DictConfig:
     cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
     task_dir = os.path.join(str(cfg.trainer.get("default_local_dir") or "checkpoints"), "forge_tasks")
     train_path, val_path = write_task_files(cfg, task_dir)
+    from recipe.forge.engines.local.model_loading import resolve_model_path
+
     with open_dict(cfg):
+        # the packaged-model alias (smollm2-135m-instruct) becomes its converted local folder, for every process
+        cfg.actor_rollout_ref.model.path = resolve_model_path(str(cfg.actor_rollout_ref.model.path))
+        if cfg.get("critic") is not None and cfg.critic.get("model") is not None and cfg.critic.model.get("path"):
+            cfg.critic.model.path = resolve_model_path(str(cfg.critic.model.path))
         cfg.data.train_files = train_path
         cfg.data.val_files = val_path
         cfg.actor_rollout_ref.rollout.agent.default_agent_loop = AGENT_NAME
