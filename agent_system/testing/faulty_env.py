@@ -3,7 +3,8 @@ worker pools' failure handling.
 
 Observation "seed=S count=C"; every step adds 1 to the count and rewards 1. The episode is won after
 ``win_after`` steps. Action "crash" kills the process (os._exit), "hang" sleeps far past any timeout,
-"raise" raises RuntimeError; anything else is an ordinary step.
+"raise" raises RuntimeError, "sleep S" sleeps S seconds and then steps; anything else is an ordinary step.
+A negative seed makes ``reset`` raise.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ class FaultyEnv(AgentEnv):
         return {"won": self.count >= self.win_after, "task": f"count to {self.win_after}", "task_type": "even" if self.seed % 2 == 0 else "odd", "pid": os.getpid()}
 
     def reset(self, seed: int):
+        if seed < 0:
+            raise ValueError(f"negative seed {seed}")
         self.seed, self.count = int(seed), 0
         return self._obs(), self._info()
 
@@ -42,6 +45,8 @@ class FaultyEnv(AgentEnv):
             time.sleep(self.hang_s)
         if action == "raise":
             raise RuntimeError("asked to raise")
+        if action.startswith("sleep "):
+            time.sleep(float(action.split()[1]))
         self.count += 1
         info = self._info()
         return self._obs(), 1.0, info["won"], False, info

@@ -1,16 +1,18 @@
 """ProcessEnvPool: environments spread over worker processes, with a per-step timeout.
 
-Each worker hosts a contiguous block of environments. A command goes to every worker involved at once,
-then the pool waits for all of them until one shared deadline (``step_timeout_s``). A worker that dies
-(crash, ``os._exit``, OOM kill) or misses the deadline is killed and replaced by a fresh one; every
-episode it hosted ends as failed with the reason in ``info["failure_reason"]`` and stays failed until
-the next reset. The other workers' results are unaffected.
+Each worker hosts a contiguous block of environments. A command goes to every worker involved at once;
+each worker steps its environments one by one and sends every result as soon as it is ready. The timeout
+(``step_timeout_s``) applies to each environment's step: a worker that sends nothing for that long is
+considered hung. A worker that dies (crash, ``os._exit``, OOM kill) or hangs is killed and replaced by a
+fresh one; every episode it hosted ends as failed with the reason in ``info["failure_reason"]`` and stays
+failed until the next reset. The other workers' results are unaffected.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import time
+from multiprocessing import connection as mp_connection
 from typing import Any, Sequence
 
 import numpy as np
@@ -20,7 +22,8 @@ from agent_system.workers.in_process import run_call, run_reset, run_step
 
 
 def _worker_main(conn, spec: EnvSpec, num_local: int) -> None:
-    """Serve commands for ``num_local`` environments until "close" (runs in the worker process)."""
+    """Serve commands for ``num_local`` environments until "close" (runs in the worker process).
+    Each command's items are answered one message per item, in order."""
     envs: list = [None] * num_local
 
     def env(k: int):
@@ -33,22 +36,19 @@ def _worker_main(conn, spec: EnvSpec, num_local: int) -> None:
             cmd, payload = conn.recv()
         except (EOFError, OSError):
             break
-        if cmd == "reset":
-            out = [run_reset(env(k), seed) for k, seed in payload]
-        elif cmd == "step":
-            out = [run_step(env(k), action) for k, action in payload]
-        elif cmd == "call":
-            method, locals_ = payload
-            out = [run_call(env(k), method) for k in locals_]
-        elif cmd == "close":
+        if cmd == "close":
             for e in envs:
                 if e is not None:
                     e.close()
             conn.send(None)
             break
-        else:
-            out = None
-        conn.send(out)
+        for k, arg in payload:
+            if cmd == "reset":
+                conn.send(run_reset(env(k), arg))
+            elif cmd == "step":
+                conn.send(run_step(env(k), arg))
+            else:  # "call": arg is the method name
+                conn.send(run_call(env(k), arg))
 
 
 class ProcessEnvPool:
@@ -91,32 +91,40 @@ class ProcessEnvPool:
             self._broken[i] = reason
         self._start(w)
 
-    def _dispatch(self, cmd: str, indices: Sequence[int], items: Sequence[Any], make_payload, on_fail) -> list[Any]:
-        """Send each worker its share, gather until the deadline, map failures through ``on_fail(reason)``."""
+    def _dispatch(self, cmd: str, indices: Sequence[int], items: Sequence[Any], on_fail) -> list[Any]:
+        """Send each worker its share, collect results as they stream in, and map the whole share of a
+        worker that dies or stays silent past the timeout through ``on_fail(reason)``."""
         out: list[Any] = [None] * len(indices)
-        per_worker: dict[int, list[int]] = {}
+        shares: dict[int, list[int]] = {}
         for j, i in enumerate(indices):
-            per_worker.setdefault(int(self._worker_of[i]), []).append(j)
-        sent: dict[int, list[int]] = {}
-        for w, js in per_worker.items():
+            shares.setdefault(int(self._worker_of[i]), []).append(j)
+        pending: dict[int, int] = {}  # worker -> results received so far
+        for w, js in shares.items():
             try:
-                self._conns[w].send((cmd, make_payload([(int(self._local_of[indices[j]]), items[j]) for j in js])))
-                sent[w] = js
+                self._conns[w].send((cmd, [(int(self._local_of[indices[j]]), items[j]) for j in js]))
+                pending[w] = 0
             except (BrokenPipeError, OSError):
                 self._fail(w, js, out, on_fail, self._crash_reason(w))
-        deadline = time.monotonic() + self.step_timeout_s
-        for w, js in sent.items():
-            conn = self._conns[w]
-            try:
-                if not conn.poll(max(0.0, deadline - time.monotonic())):
-                    self._fail(w, js, out, on_fail, f"step timeout (> {self.step_timeout_s:g} s): worker restarted")
-                    continue
-                results = conn.recv()
-            except (EOFError, OSError):
-                self._fail(w, js, out, on_fail, self._crash_reason(w))
-                continue
-            for j, r in zip(js, results):
-                out[j] = r
+        last_heard = {w: time.monotonic() for w in pending}
+        while pending:
+            wait_s = max(0.0, min(last_heard[w] for w in pending) + self.step_timeout_s - time.monotonic())
+            ready = set(mp_connection.wait([self._conns[w] for w in pending], timeout=wait_s))
+            for w in list(pending):
+                if self._conns[w] in ready:
+                    try:
+                        result = self._conns[w].recv()
+                    except (EOFError, OSError):
+                        self._fail(w, shares[w], out, on_fail, self._crash_reason(w))
+                        del pending[w]
+                        continue
+                    out[shares[w][pending[w]]] = result
+                    pending[w] += 1
+                    last_heard[w] = time.monotonic()
+                    if pending[w] == len(shares[w]):
+                        del pending[w]
+                elif time.monotonic() - last_heard[w] >= self.step_timeout_s:
+                    self._fail(w, shares[w], out, on_fail, f"step timeout (> {self.step_timeout_s:g} s): worker restarted")
+                    del pending[w]
         return out
 
     def _crash_reason(self, w: int) -> str:
@@ -132,13 +140,13 @@ class ProcessEnvPool:
     def reset(self, indices: Sequence[int], seeds: Sequence[int]) -> list[StepResult]:
         for i in indices:
             self._broken[i] = None
-        return self._dispatch("reset", indices, [int(s) for s in seeds], list, failed_result)
+        return self._dispatch("reset", indices, [int(s) for s in seeds], failed_result)
 
     def step(self, indices: Sequence[int], actions: Sequence[str]) -> list[StepResult]:
         live = [j for j, i in enumerate(indices) if self._broken[i] is None]
         out: list[StepResult] = [failed_result(self._broken[i]) if self._broken[i] else None for i in indices]  # type: ignore[misc]
         if live:
-            results = self._dispatch("step", [indices[j] for j in live], [actions[j] for j in live], list, failed_result)
+            results = self._dispatch("step", [indices[j] for j in live], [actions[j] for j in live], failed_result)
             for j, r in zip(live, results):
                 out[j] = r
         return out
@@ -148,7 +156,7 @@ class ProcessEnvPool:
         out: list[Any] = [None] * len(indices)
         if live:
             sub = [indices[j] for j in live]
-            results = self._dispatch("call", sub, [None] * len(sub), lambda pairs: (method, [k for k, _ in pairs]), lambda reason: None)
+            results = self._dispatch("call", sub, [method] * len(sub), lambda reason: None)
             for j, r in zip(live, results):
                 out[j] = r
         return out

@@ -90,3 +90,33 @@ def test_rollout_records_failed_episodes_and_finishes_the_rest():
     assert batch.metrics["failures/step timeout (> 2 s)"] == 1.0
     assert batch.metrics["success_rate/even"] == 0.5 and batch.metrics["success_rate/odd"] == 0.5
     assert trajs[1].steps[-1].info["failure_reason"] == trajs[1].failure_reason and trajs[1].steps[-1].done
+
+
+@pytest.mark.timeout(60)
+def test_timeout_applies_per_environment_step_not_per_batch():
+    pool = ProcessEnvPool(SPEC, num_envs=3, num_workers=1, step_timeout_s=1.5)
+    try:
+        pool.reset([0, 1, 2], [0, 1, 2])
+        res = pool.step([0, 1, 2], ["sleep 0.7"] * 3)  # 2.1 s for the worker's share, 0.7 s per step
+        assert [r.obs for r in res] == ["seed=0 count=1", "seed=1 count=1", "seed=2 count=1"]
+        assert pool.restarts == 0
+    finally:
+        pool.close()
+
+
+class AlwaysGo(CountingGenerator):
+    def respond(self, messages):
+        return ["<action>go</action>"] * len(messages)
+
+
+@pytest.mark.timeout(30)
+def test_a_failing_reset_gives_an_empty_failed_trajectory():
+    cfg = env_config("sokoban", n=2)
+    envs = FaultyEnvironmentManager(cfg, num_tasks=2, split="train", env_name="testing/faulty", pool=InProcessEnvPool(SPEC, 4))
+    gen = AlwaysGo()
+    batch = TrajectoryCollector().collect(envs, gen, SamplingParams(), seeds=[-1, 6])
+    assert gen.batch_sizes == [2, 2, 2]  # the failed environments are never prompted
+    bad, good = batch.trajectories[:2], batch.trajectories[2:]
+    assert all(t.length == 0 and not t.success and t.failure_reason.startswith("env error: ValueError: negative seed") for t in bad)
+    assert all(t.success and t.length == 3 for t in good)
+    assert batch.metrics["failures/env error"] == 2.0
