@@ -17,9 +17,12 @@ How to add an environment (e.g. ``env_package/myenv/``)
    the observation with and without history.
 3. ``env_package/myenv/manager.py``: a subclass of :class:`EnvironmentManagerBase` that sets
    ``prompt_builder`` and ``heavy`` (True: environments live in worker processes with a per-step timeout)
-   and implements ``env_spec(config, split)``. Override ``parse_action`` when the environment needs the
-   action text normalised (a closed action set), ``anchor_observation`` when the raw observation holds
-   noise that should not split step groups, and ``memory_class`` for a different history.
+   and implements ``env_spec(config, split)`` (split "train" or "val": validation must use held-out
+   tasks). Override ``parse_action`` when the environment needs the action text normalised or checked
+   (default: one of ``info["admissible_actions"]`` when listed, else any non-empty text),
+   ``action_for_malformed`` for what a malformed answer sends (default "": no move; text games may pass
+   the parsed text on), ``anchor_observation`` when the raw observation holds noise that should not split
+   step groups, and ``memory_kind`` ("search" for query/result history).
 4. Register ``"myenv": "agent_system.environments.env_package.myenv.manager:MyEnvManager"`` in registry.py
    (or call ``register_env_manager`` at import time of a plugin).
 

@@ -1,9 +1,9 @@
 """ProcessEnvPool: environments spread over worker processes, with a per-step timeout.
 
 Each worker hosts a contiguous block of environments. A command goes to every worker involved at once;
-each worker steps its environments one by one and sends every result as soon as it is ready. The timeout
-(``step_timeout_s``) applies to each environment's step: a worker that sends nothing for that long is
-considered hung. A worker that dies (crash, ``os._exit``, OOM kill) or hangs is killed and replaced by a
+each worker steps its environments one by one and sends its results in chunks as they become ready (at
+least every 20 ms of work). The timeout (``step_timeout_s``) thus applies to each environment's step: a
+worker that sends nothing for that long is considered hung. A worker that dies (crash, ``os._exit``, OOM kill) or hangs is killed and replaced by a
 fresh one; every episode it hosted ends as failed with the reason in ``info["failure_reason"]`` and stays
 failed until the next reset. The other workers' results are unaffected.
 """
@@ -20,10 +20,12 @@ import numpy as np
 from agent_system.environments.base import EnvSpec, StepResult, failed_result
 from agent_system.workers.in_process import run_call, run_reset, run_step
 
+_FLUSH_S = 0.02  # a worker sends the results it has after this long, so progress is visible early
+
 
 def _worker_main(conn, spec: EnvSpec, num_local: int) -> None:
     """Serve commands for ``num_local`` environments until "close" (runs in the worker process).
-    Each command's items are answered one message per item, in order."""
+    Each command's items are answered in order, in chunks (see the flush rule below)."""
     envs: list = [None] * num_local
 
     def env(k: int):
@@ -42,13 +44,21 @@ def _worker_main(conn, spec: EnvSpec, num_local: int) -> None:
                     e.close()
             conn.send(None)
             break
-        for k, arg in payload:
+        chunk: list = []
+        last_flush = time.monotonic()
+        for n, (k, arg) in enumerate(payload):
             if cmd == "reset":
-                conn.send(run_reset(env(k), arg))
+                chunk.append(run_reset(env(k), arg))
             elif cmd == "step":
-                conn.send(run_step(env(k), arg))
+                chunk.append(run_step(env(k), arg))
             else:  # "call": arg is the method name
-                conn.send(run_call(env(k), arg))
+                chunk.append(run_call(env(k), arg))
+            # flush at the end, or when results have waited a while: cheap environments send one message
+            # per command, slow ones report each step (the parent's per-step timeout hears from them)
+            if n == len(payload) - 1 or time.monotonic() - last_flush >= _FLUSH_S:
+                conn.send(chunk)
+                chunk = []
+                last_flush = time.monotonic()
 
 
 class ProcessEnvPool:
@@ -112,13 +122,14 @@ class ProcessEnvPool:
             for w in list(pending):
                 if self._conns[w] in ready:
                     try:
-                        result = self._conns[w].recv()
+                        result = self._conns[w].recv()  # a chunk of results, in order
                     except (EOFError, OSError):
                         self._fail(w, shares[w], out, on_fail, self._crash_reason(w))
                         del pending[w]
                         continue
-                    out[shares[w][pending[w]]] = result
-                    pending[w] += 1
+                    for r in result:
+                        out[shares[w][pending[w]]] = r
+                        pending[w] += 1
                     last_heard[w] = time.monotonic()
                     if pending[w] == len(shares[w]):
                         del pending[w]
