@@ -50,14 +50,18 @@ class AppworldEnv(AgentEnv):
         except (BrokenPipeError, OSError) as exc:
             raise BridgeError(f"AppWorld bridge is gone: {exc}; stderr: {self._stderr_tail()}") from exc
         if not line:
-            raise BridgeError(f"AppWorld bridge exited ({self._proc.poll()}): {self._stderr_tail()}")
+            tail = self._stderr_tail()
+            raise BridgeError(f"AppWorld bridge exited ({self._proc.poll()}): {tail}")
         reply = json.loads(line)
         if not reply.get("ok"):
             raise BridgeError(reply.get("error", "unknown bridge error"))
         return reply
 
     def _stderr_tail(self) -> str:
-        if self._proc.poll() is None:
+        """The bridge's last words once it has exited (its stdout closed: it is exiting or gone)."""
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
             return ""
         return self._proc.stderr.read()[-2000:]
 

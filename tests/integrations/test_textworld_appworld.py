@@ -1,0 +1,90 @@
+"""TextWorld generated games (tw-make, cached) and AppWorld through its bridge process (against the bundled
+stand-in apps: AppWorld's data cannot be downloaded here)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from agent_system.environments.env_package.appworld.env import AppworldEnv, BridgeError, strip_fence
+from agent_system.environments.env_package.textworld.env import TextworldEnv, clean_feedback
+from agent_system.environments.env_package.textworld.games import ensure_games, tw_make_command
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_clean_feedback_drops_banner_prompt_and_status():
+    raw = "$$$$ banner $$$\n\nGoal: get the coin.\n\n-= Room =-\nA coin.\n\n\n>  -= Room =-0/1\n"
+    assert clean_feedback(raw, "Goal: get the coin.") == "Goal: get the coin.\n\n-= Room =-\nA coin."
+
+
+def test_tw_make_command_settings():
+    cmd = tw_make_command("tw-cooking", 2, 7, "val", "/tmp/g.z8")
+    assert cmd[1] == "tw-cooking" and "--open" in cmd and cmd[cmd.index("--split") + 1] == "valid"
+    assert "--level" not in cmd and cmd[cmd.index("--recipe") + 1] == "2"
+    assert tw_make_command("tw-treasure_hunter", 3, 0, "train", "/tmp/g.z8")[-2:] == ["--level", "3"]
+    with pytest.raises(ValueError, match="tw-cooking level 9"):
+        tw_make_command("tw-cooking", 9, 0, "train", "/tmp/g.z8")
+    with pytest.raises(ValueError, match="unknown TextWorld challenge"):
+        tw_make_command("tw-zork", 1, 0, "train", "/tmp/g.z8")
+
+
+@pytest.mark.slow
+def test_generated_games_are_cached_and_won_by_the_walkthrough(tmp_path):
+    paths = ensure_games(str(tmp_path), "tw-coin_collector", 2, "train", 2, progress=False)
+    stamps = [os.path.getmtime(p) for p in paths]
+    assert ensure_games(str(tmp_path), "tw-coin_collector", 2, "train", 2, progress=False) == paths
+    assert [os.path.getmtime(p) for p in paths] == stamps  # cached: not made again
+    val = ensure_games(str(tmp_path), "tw-coin_collector", 2, "val", 1, progress=False)
+    assert not set(val) & set(paths)
+    env = TextworldEnv(paths, challenge="tw-coin_collector")
+    obs, info = env.reset(1)
+    assert info["task"] and obs.startswith(info["task"][:20]) and "$$" not in obs
+    obs, reward, done, _, info = env.step("dance wildly")
+    assert (reward, done) == (0, False) and env.expert_action() is None  # strayed from the walkthrough
+    env.reset(1)
+    total, done = 0.0, False
+    while not done:
+        action = env.expert_action()
+        assert action in info["admissible_actions"] or action is not None
+        obs, reward, done, _, info = env.step(action)
+        total += reward
+    assert info["won"] and total == 1.0
+    env.close()
+
+
+def test_appworld_bridge_with_the_standin():
+    env = AppworldEnv(dataset="train", use_standin=True)
+    try:
+        obs, info = env.reset(0)
+        assert "How many songs" in obs and info["task_id"] == "music_count"
+        out, reward, done, _, _ = env.step("```python\nprint(len(apis.music.list_songs()))\n```")
+        assert out.strip().isdigit() and not done
+        out, reward, done, _, info = env.step("apis.nope.call()")
+        assert "Execution failed" in out and not done
+        out, reward, done, _, info = env.step("apis.supervisor.complete_task(answer=-1)")
+        assert done and reward == 0.0 and info["task_score"] == 0.5 and not info["won"]
+        env.reset(4)  # index wraps around the dataset's task ids
+        solution = env.expert_action()
+        assert solution is not None and env.expert_action() is None  # offered once per episode
+        _, reward, done, _, info = env.step(solution)
+        assert done and reward == 10.0 and info["won"]
+    finally:
+        env.close()
+
+
+def test_appworld_bridge_failure_is_reported():
+    env = AppworldEnv(dataset="train", use_standin=False, python=os.path.join(os.path.dirname(os.__file__), "..", "..", "bin", "python3"))
+    with pytest.raises(BridgeError):
+        env.reset(0)  # no appworld package in this interpreter: the bridge exits and says why
+    env.close()
+    env = AppworldEnv(dataset="no_such_split", use_standin=True)
+    with pytest.raises(BridgeError, match="unknown dataset"):
+        env.reset(0)
+    env.close()
+
+
+def test_strip_fence():
+    assert strip_fence("```python\nx = 1\n```") == "x = 1"
+    assert strip_fence("x = 1") == "x = 1"
