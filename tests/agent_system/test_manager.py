@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from agent_system.testing.configs import env_config, run_config
 
 from agent_system.config_checks import ConfigError
@@ -145,3 +147,34 @@ def test_success_evaluator_per_task_type():
         assert np.isnan(out["success/odd"][:2]).all()
     finally:
         m.close()
+
+
+def test_make_envs_from_the_composed_run_config():
+    import os
+
+    from hydra import compose, initialize_config_dir
+
+    config_dir = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../recipe/forge/config"))
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        cfg = compose("forge_trainer", overrides=["data.train_batch_size=2", "data.val_batch_size=3", "env.rollout.n=2"])
+    train, val = make_envs(cfg)
+    assert (train.num_envs, val.num_envs) == (4, 6)
+    assert val.next_task_seeds().tolist() == [cfg.env.val_seed_offset + k for k in range(3)]
+
+
+_VALID = ("<action>hit</action>", "<think>low total</think><action> Stand </action>", "<action>HIT</action>")
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.one_of(st.text(max_size=300), st.sampled_from(_VALID), st.sampled_from(["<action>fold</action>", "<action>hit"])), min_size=2, max_size=2))
+def test_any_model_output_is_a_step_not_an_error(answers):
+    m = _CARDS_MANAGER
+    m.reset([1])
+    _, _, _, infos = m.step(answers)
+    for a, info in zip(answers, infos):
+        assert info["is_action_valid"] == (a in _VALID)
+        assert info["action"] in ("hit", "stand", "", "fold")
+    assert m.step_count.tolist() == [1, 1]
+
+
+_CARDS_MANAGER = get_env_manager_class("gym_cards/Blackjack-v0")(env_config("gym_cards/Blackjack-v0", n=2), num_tasks=1, split="train")
