@@ -136,12 +136,8 @@ def test_forge_agent_rows_reach_the_batch_and_the_trainer_step(verl_stack):
     from recipe.forge.engines.verl.trainer import ForgeTrainer
 
     cfg, tokenizer = verl_stack["cfg"], verl_stack["tokenizer"]
-    trainer = object.__new__(ForgeTrainer)  # only the advantage step and the library are exercised here
-    trainer.config = cfg
-    from recipe.forge.engines.verl.library_driver import LibraryDriver
-
-    trainer.library = LibraryDriver.from_trainer_config(cfg)
-    trainer._driver_clusters = {}
+    trainer = object.__new__(ForgeTrainer)  # no actor workers on CPU: the advantage and library steps only
+    trainer.init_forge_state(cfg)
     trainer.library.begin_iteration(0)
 
     meta, seeds = rollout(verl_stack, 0, global_steps=1)

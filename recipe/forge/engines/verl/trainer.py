@@ -100,6 +100,12 @@ class ForgeTrainer(PPOTrainerSync):
 
     def __init__(self, config):
         super().__init__(config)
+        self.init_forge_state(config)
+
+    def init_forge_state(self, config) -> None:
+        """SLEA-RL's driver state (library, distillation, per-batch caches); separate from verl's own set-up so
+        the advantage and library steps can be exercised without actor workers."""
+        self.config = config
         self.library = LibraryDriver.from_trainer_config(config)
         self._driver_clusters: dict[str, int | None] = {}  # batch key -> cluster id after absorb
         self.distill = bool(config.algorithm.forge.use_distillation) and self.library.enabled
