@@ -110,6 +110,11 @@ class ForgeAgentLoop(AgentLoopBase):
         return provider.provide([query])[0]
 
     async def _generate(self, messages: list[dict[str, Any]], sampling_params: dict[str, Any]) -> dict[str, Any]:
+        if self.processor is None and not isinstance(messages[-1]["content"], str):
+            raise ValueError(
+                f"env {self.env_config.env_name!r} gives image observations (mode=rgb_array) but "
+                "actor_rollout_ref.model.path has no multimodal processor: use a vision-language model or mode=text"
+            )
         multi_modal_data = await self.process_multi_modal_info(messages)
         images = multi_modal_data.get("images")
         self._assert_mm_supported(bool(multi_modal_data))
