@@ -137,9 +137,11 @@ class TrajectoryCollector:
         kept: list[list[TrajectoryRecord]] = []
         dropped: list[list[TrajectoryRecord]] = []
         rounds = 0
+        all_success: list[bool] = []
         while (self.max_num_gen_batches == 0 or rounds < self.max_num_gen_batches) and len(kept) < envs.num_tasks:
             batch = self._rollout(envs, generator, sampling, provider, observer, seeds if rounds == 0 else None)
             rounds += 1
+            all_success.extend(t.success for t in batch.trajectories)
             for group in _groups(batch.trajectories):
                 rewards = np.array([t.episode_reward for t in group])
                 (kept if np.ptp(rewards) > 0 else dropped).append(group)
@@ -153,6 +155,8 @@ class TrajectoryCollector:
                 "dynamic_sampling/num_gen_batches": float(rounds),
                 "dynamic_sampling/informative_groups": float(informative),
                 "dynamic_sampling/filled_groups": float(max(0, envs.num_tasks - informative)),
+                # success over everything rolled out: the kept batch's success_rate is biased by the filter
+                "dynamic_sampling/success_rate_all": float(np.mean(all_success)),
             }
         )
         return out

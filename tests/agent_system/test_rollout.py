@@ -169,6 +169,7 @@ def test_dynamic_sampling_fills_up_when_too_few_groups_are_informative():
     assert batch.metrics["dynamic_sampling/num_gen_batches"] == 2  # an expert gives equal rewards in every group
     assert batch.metrics["dynamic_sampling/informative_groups"] == 0
     assert batch.metrics["dynamic_sampling/filled_groups"] == 3 and len(batch.trajectories) == 6
+    assert batch.metrics["dynamic_sampling/success_rate_all"] == 1.0
 
 
 def test_generator_returning_the_wrong_count_is_an_error():
