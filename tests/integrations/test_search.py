@@ -262,3 +262,16 @@ def test_dense_retrieval_with_a_local_encoder(search_dataset):
     assert idx[0, 0] == 4 and np.all(np.diff(scores[0]) <= 1e-6)
     vectors = encoder.encode([p.contents for p in passages[:3]], is_query=False)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
+
+
+def test_search_config_is_validated():
+    from agent_system.config_checks import ConfigError
+    from agent_system.environments.config import env_config_from_mapping
+    from agent_system.environments.registry import known_env_names
+
+    with pytest.raises(ConfigError, match="env.search.builtin_num_questions"):
+        env_config_from_mapping({"env_name": "search", "search": {"builtin_num_questions": 2}}).validate(known_env_names())
+    with pytest.raises(ConfigError, match="val_data is set but env.search.train_data is empty"):
+        env_config_from_mapping({"env_name": "search", "search": {"val_data": "v.parquet"}}).validate(known_env_names())
+    with pytest.raises(ConfigError, match="env.search.launch_server"):
+        env_config_from_mapping({"env_name": "search", "search": {"launch_server": "yes"}})

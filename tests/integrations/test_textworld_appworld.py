@@ -88,3 +88,21 @@ def test_appworld_bridge_failure_is_reported():
 def test_strip_fence():
     assert strip_fence("```python\nx = 1\n```") == "x = 1"
     assert strip_fence("x = 1") == "x = 1"
+
+
+def test_appworld_manager_in_worker_processes():
+    from agent_system.environments.config import env_config_from_mapping
+    from agent_system.environments.env_package.appworld.manager import AppworldEnvironmentManager
+
+    cfg = env_config_from_mapping({"env_name": "appworld", "max_steps": 3, "rollout": {"n": 2}, "appworld": {"use_standin": True}})
+    envs = AppworldEnvironmentManager(cfg, num_tasks=2, split="val")
+    try:
+        obs, infos = envs.reset([0, 1])
+        assert [i["task_id"] for i in infos] == ["music_count_dev", "music_count_dev", "wallet_total_dev", "wallet_total_dev"]
+        _, _, _, infos = envs.step(["<action>print(1)</action>", "<action> </action>", "no tags", "<action>print(2)</action>"])
+        assert [i["is_action_valid"] for i in infos] == [True, False, False, True]
+        while envs.active.any():
+            envs.step([f"<action>{a}</action>" if a else "<action>print(0)</action>" for a in envs.expert_actions(range(4))])
+        assert envs.success_evaluator()["success"].all()
+    finally:
+        envs.close()
