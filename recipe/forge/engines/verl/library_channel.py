@@ -6,9 +6,10 @@ worker process keeps the provider built from the latest snapshot it has seen and
 episode (one small RPC); only a new version costs a snapshot transfer. Every step records the version it was
 generated with, so a sample can always be traced to the library that shaped its prompt.
 
-A snapshot provider never changes the library: an observation that matches no known cluster gets a provisional
-id derived from its text (equal in every process), and the driver resolves those ids to its own clusters
-(``ExperienceSystem.absorb``) before it computes advantages, so step groups are the driver's clusters.
+A snapshot provider never changes the driver's library: an observation that matches no known cluster founds a
+worker-local cluster (ids above the driver's range). verl runs the G sessions of one prompt in one worker, so
+the copies of a task share those ids; the driver resolves them to its own clusters (``ExperienceSystem.absorb``)
+before it computes advantages, so step groups are the driver's clusters.
 """
 
 from __future__ import annotations
@@ -87,10 +88,8 @@ class WorkerLibrary:
 
 
 def provider_from_snapshot(snapshot: Any, tokenizer: Any = None) -> Any:
-    """Rebuild the read-only experience provider (observation index + retrieval) from a published snapshot.
-
-    It gives a step the id of a known cluster, or a provisional negative id that is equal for equal text in
-    every process; the driver resolves provisional ids with ``ExperienceSystem.absorb``."""
+    """Rebuild the experience provider (observation index + retrieval) of a published snapshot: known clusters
+    keep their ids, new observations get worker-local ids that the driver resolves with ``absorb``."""
     from recipe.forge.experience import ExperienceSystem
 
     return ExperienceSystem.from_snapshot(snapshot, tokenizer).provider

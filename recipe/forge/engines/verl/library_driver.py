@@ -130,9 +130,14 @@ class LibraryDriver:
         ray.get(self._broker.publish.remote(self.version, iteration, self.system.snapshot()))
 
     def absorb(self, rows: Sequence[dict]) -> list[int | None]:
-        """Resolve the workers' provisional cluster ids to the driver's clusters; returns one id per row."""
+        """Resolve the workers' local cluster ids to the driver's clusters; returns one id per row.
+
+        Only the clusters are resolved here (the experience ids are left out): ``evolve`` absorbs the same steps
+        again with their experience ids, and that is where retrievals are counted and linked, once."""
         records = rows_to_step_records(rows)
         if self.enabled:
+            for record in records:
+                record.experience_ids = ()
             self.system.absorb(records)
         return [record.cluster_id for record in records]
 
@@ -151,6 +156,4 @@ class LibraryDriver:
 
     def load_if_exists(self, path: str) -> None:
         if self.enabled and os.path.exists(path):
-            from recipe.forge.experience import ExperienceSystem
-
-            self.system = ExperienceSystem.load(path, self.forge_cfg)
+            self.system.load(path)

@@ -131,7 +131,7 @@ class ForgeTrainer(PPOTrainerSync):
             raise ValueError(f"algorithm.use_kl_in_reward is not supported with the {estimator!r} estimator")
         uid, nested_mask, extra, real = rows_to_step_data(batch)
         if self.library.enabled:
-            # the workers' provisional cluster ids become the driver's clusters: the groups of the advantage
+            # the workers' local cluster ids become the driver's clusters: the groups of the advantage
             # are the clusters that drive retrieval from the next version on
             real_idx = np.flatnonzero(real)
             clusters = self.library.absorb([extra[i] for i in real_idx])

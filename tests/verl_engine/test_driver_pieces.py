@@ -1,0 +1,88 @@
+"""Driver-side pieces of the verl engine that need no Ray: rows -> trajectories, library save/load through the
+trainer's driver, start-up validation of run_verl, and the agent loop's message layout."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agent_system.config_checks import ConfigError
+from recipe.forge.engines.verl.agent_loop import build_messages
+from recipe.forge.engines.verl.episode import EpisodeView
+from recipe.forge.engines.verl.library_driver import LibraryDriver, reward_metrics, rows_to_trajectories
+
+
+def make_rows():
+    def r(traj, step, reward, valid, ret, success, obs):
+        return {
+            "traj_uid": traj, "step_index": step, "step_reward": reward, "is_action_valid": valid,
+            "episode_return": ret, "success": success, "anchor_obs": obs, "cluster_id": None, "action": f"a{step}",
+            "response_text": f"<action>a{step}</action>", "prompt_text": f"prompt {obs}", "experience_text": "",
+            "task": "push the box", "task_type": None, "experience_ids": [], "library_version": 0,
+            "failure_reason": None,
+        }
+
+    return [
+        r("u-1", 1, 10.0, True, 9.9, True, "room B"), r("u-1", 0, -0.1, True, 9.9, True, "room A"),
+        r("u-2", 0, -0.1, False, -0.2, False, "room A"), r("u-2", 1, -0.1, True, -0.2, False, "room C"),
+    ]
+
+
+def test_rows_regroup_into_ordered_trajectories():
+    trajs = {t.traj_uid: t for t in rows_to_trajectories(make_rows())}
+    assert set(trajs) == {"u-1", "u-2"}
+    won = trajs["u-1"]
+    assert [s.step for s in won.steps] == [0, 1] and [s.anchor_obs for s in won.steps] == ["room A", "room B"]
+    assert won.success and won.episode_reward == 9.9 and won.length == 2 and won.uid == "u"
+    assert [s.done for s in won.steps] == [False, True]
+    assert trajs["u-2"].steps[0].is_action_valid is False
+    assert won.steps[0].messages == [{"role": "user", "content": "prompt room A"}]
+    m = reward_metrics(list(trajs.values()))
+    assert m["forge/reward_mean"] == pytest.approx((9.9 - 0.2) / 2) and m["forge/positive_ratio"] == 0.5
+
+
+def test_library_driver_evolves_saves_and_loads(run_config_factory, tmp_path):
+    cfg = run_config_factory(
+        ["trainer.engine=verl", "algorithm.adv_estimator=forge", f"algorithm.forge.checkpoint_dir={tmp_path / 'lib'}"]
+    )
+    driver = LibraryDriver.from_trainer_config(cfg)
+    assert driver.enabled and driver.version == 0
+    rows = make_rows()
+    clusters = driver.absorb(rows)  # steps without a cluster get the driver's clusters
+    assert all(c is not None and c >= 0 for c in clusters)
+    assert clusters[1] == clusters[2]  # "room A" in both trajectories: one cluster
+    metrics = driver.end_iteration([dict(r, cluster_id=c) for r, c in zip(rows, clusters)], iteration=0)
+    assert metrics["forge/library_version"] == 1.0
+    size = metrics["forge/library_total_size"]
+    driver.save(str(tmp_path / "ckpt"))
+    fresh = LibraryDriver.from_trainer_config(cfg)
+    fresh.load_if_exists(str(tmp_path / "ckpt"))
+    assert fresh.version == 1 and len(fresh.system.library) == size
+    fresh.load_if_exists(str(tmp_path / "missing"))  # no checkpoint there: unchanged
+    assert fresh.version == 1
+
+
+def test_non_forge_estimators_have_no_library(run_config_factory):
+    driver = LibraryDriver.from_trainer_config(run_config_factory(["algorithm.adv_estimator=grpo"]))
+    assert not driver.enabled
+    driver.begin_iteration(3)  # nothing to publish
+    assert driver.absorb(make_rows()) == [None] * 4
+    assert set(driver.end_iteration(make_rows(), 0)) == {"forge/reward_mean", "forge/reward_std", "forge/positive_ratio"}
+
+
+def test_run_verl_rejects_a_bad_config_before_starting_anything(run_config_factory, tmp_path):
+    from recipe.forge.engines.verl.main import run_verl
+
+    cfg = run_config_factory(["trainer.engine=verl", "env.max_steps=0", f"trainer.default_local_dir={tmp_path}"])
+    with pytest.raises(ConfigError, match="env.max_steps"):
+        run_verl(cfg)
+    assert not (tmp_path / "forge_tasks").exists()
+
+
+def test_messages_put_experiences_in_the_system_turn_and_images_in_the_user_turn():
+    view = EpisodeView(prompt="the room", anchor_obs="#", image=None, task="t", task_type=None)
+    assert build_messages("", view) == [{"role": "user", "content": "the room"}]
+    assert build_messages("tip", view)[0] == {"role": "system", "content": "tip"}
+    image_view = EpisodeView(prompt="the room", anchor_obs="#", image=np.zeros((4, 4, 3), np.uint8), task="t", task_type=None)
+    user = build_messages("", image_view)[-1]["content"]
+    assert user[0]["type"] == "image" and user[0]["image"].size == (4, 4) and user[1] == {"type": "text", "text": "the room"}
