@@ -129,10 +129,19 @@ CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.timeout(120)
+def _wait_for_temp_file(folder: Path, timeout: float = 10.0) -> None:
+    """Return as soon as a save is in progress (its temporary file exists)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if any(name.endswith(".tmp") for name in os.listdir(folder)):
+            return
+    raise AssertionError("the child never started another save")
+
+
+@pytest.mark.timeout(180)
 def test_sigkill_while_saving_always_leaves_a_loadable_checkpoint(tmp_path):
     last_version, last_size, mid_write = -1, 0, 0
-    for round_ in range(12):
+    for round_ in range(10):
         child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path)], stdout=subprocess.PIPE, text=True)
         seen = []
         try:
@@ -140,7 +149,11 @@ def test_sigkill_while_saving_always_leaves_a_loadable_checkpoint(tmp_path):
                 seen.append(line.split())
                 if len(seen) >= 2 + round_ % 3:
                     break
-            time.sleep(0.002 * round_)  # land at different points of the next save
+            if round_ % 2 == 0:  # during a write, at a varying depth into it
+                _wait_for_temp_file(tmp_path)
+                time.sleep(0.001 * (round_ % 5))
+            else:  # anywhere in the loop
+                time.sleep(0.003 * round_)
             os.kill(child.pid, signal.SIGKILL)
         finally:
             child.wait(timeout=30)
@@ -149,9 +162,7 @@ def test_sigkill_while_saving_always_leaves_a_loadable_checkpoint(tmp_path):
         version, size = payload["version"], len(payload["library"]["entries"])
         assert version >= int(seen[-1][1]) > last_version and size >= last_size and size > 0
         last_version, last_size = version, size
-        if mid_write >= 3 and round_ >= 5:
-            break
-    assert mid_write >= 1  # the loop really interrupted writes, not only the pauses between them
+    assert mid_write >= 3  # the loop really interrupted writes, not only the pauses between them
 
 
 def test_viewer_prints_and_exports(cfg, tmp_path, iterate, capsys):

@@ -143,6 +143,13 @@ class ExperienceLibrary:
             self.remove(lowest.entry_id)
         return "added", self._insert(candidate, iteration)
 
+    def insert_unchecked(self, candidates: Iterable[Candidate], iteration: int) -> list[int]:
+        """Insert without the novelty check or admission (imports, benchmarks); capacity is enforced by ``prune``
+        afterwards. Returns the new ids."""
+        ids = [self._insert(c, iteration) for c in candidates]
+        self.prune()
+        return ids
+
     def _insert(self, candidate: Candidate, iteration: int) -> int:
         entry = ExperienceEntry(
             entry_id=self.next_id,

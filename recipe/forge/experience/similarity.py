@@ -17,18 +17,21 @@ can only find a shorter common subsequence, so ``sim >= difflib ratio``. It is t
    values (random affine permutations of the hashed q-gram modulo 2^32, vectorised in numpy) are grouped into
    ``bands`` keys;
    strings sharing a key in any band are candidates. Only the ``bucket_cap`` most recently added members of a
-   bucket are read, which bounds the work per query independently of the index size (buckets keep all members,
-   so the result depends only on the current contents, not on the history of removals: exact resume);
-3. a length filter (``sim >= t`` needs ``t / (2 - t) <= |a| / |b| <= (2 - t) / t``);
-4. exact confirmation of the remaining candidates with ``sim`` (rapidfuzz, C++).
+   bucket are read, which bounds the work per query independently of the index size (buckets keep all members
+   in insertion order, so the result depends only on the current contents and their order, not on the history
+   of removals: an index rebuilt from a checkpoint answers exactly like the saved one);
+3. a length filter (``sim >= t`` needs ``t / (2 - t) <= |a| / |b| <= (2 - t) / t``), then the
+   ``max_candidates`` candidates sharing the most bands with the query (near-duplicates share many);
+4. exact confirmation of those candidates with ``sim`` (rapidfuzz, C++).
 
-Steps 2 and the bucket cap are approximate: a true match can be missed (never a false match: every result is
+Step 2, the bucket cap and the candidate cap are approximate: a true match can be missed (never a false match: every result is
 confirmed exactly). ``scripts/bench_library.py`` reports the recall against an exact linear scan.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections import Counter
 from itertools import islice
 from typing import Iterable
 
@@ -56,6 +59,7 @@ class LSHParams:
     bands: int = 20
     rows: int = 5
     bucket_cap: int = 24
+    max_candidates: int = 32
     seed: int = 1234
 
 
@@ -107,9 +111,11 @@ class NearDuplicateIndex:
         self.exact_only = exact_only
         self._hasher = MinHasher(self.params)
         self._text: dict[int, str] = {}
-        self._keys: dict[int, list[int]] = {}
-        self._exact: dict[str, dict[int, None]] = {}
-        self._buckets: list[dict[int, dict[int, None]]] = [{} for _ in range(self.params.bands)]
+        self._len: dict[int, int] = {}
+        self._exact: dict[str, list[int]] = {}
+        # band key -> member id, or a list of member ids in insertion order once a bucket has several (most
+        # buckets hold one string: a bare int keeps them small)
+        self._buckets: list[dict[int, int | list[int]]] = [{} for _ in range(self.params.bands)]
 
     def __len__(self) -> int:
         return len(self._text)
@@ -127,44 +133,64 @@ class NearDuplicateIndex:
         if item_id in self._text:
             raise KeyError(f"id {item_id} is already in the index")
         self._text[item_id] = text
-        self._exact.setdefault(text, {})[item_id] = None
-        keys = [] if self.exact_only else self._hasher.band_keys(text)
-        self._keys[item_id] = keys
-        for table, key in zip(self._buckets, keys):
-            table.setdefault(key, {})[item_id] = None
+        self._len[item_id] = len(text)
+        self._exact.setdefault(text, []).append(item_id)
+        if self.exact_only:
+            return
+        for table, key in zip(self._buckets, self._hasher.band_keys(text)):
+            bucket = table.get(key)
+            if bucket is None:
+                table[key] = item_id
+            elif type(bucket) is int:
+                table[key] = [bucket, item_id]
+            else:
+                bucket.append(item_id)
 
     def remove(self, item_id: int) -> None:
         text = self._text.pop(item_id)
+        del self._len[item_id]
         same = self._exact[text]
-        del same[item_id]
+        same.remove(item_id)
         if not same:
             del self._exact[text]
-        for table, key in zip(self._buckets, self._keys.pop(item_id)):
-            bucket = table.get(key)
-            if bucket is not None and item_id in bucket:
-                del bucket[item_id]
-                if not bucket:
-                    del table[key]
-
-    def candidates(self, text: str) -> set[int]:
-        """Ids sharing an LSH band with ``text`` or equal to it (before the length filter and confirmation)."""
-        found: set[int] = set(self._exact.get(text, ()))
         if self.exact_only:
-            return found
+            return
+        for table, key in zip(self._buckets, self._hasher.band_keys(text)):  # recomputed: cheaper than storing
+            bucket = table[key]
+            if type(bucket) is int:
+                del table[key]
+            else:
+                bucket.remove(item_id)
+                if len(bucket) == 1:
+                    table[key] = bucket[0]
+
+    def candidates(self, text: str, threshold: float = 0.0) -> list[int]:
+        """Ids worth confirming for ``text``: exact copies first, then ids sharing LSH bands with it, most shared
+        bands first (ties: the order met, newest first), within the length bounds, at most ``max_candidates``."""
+        exact = list(self._exact.get(text, ()))
+        if self.exact_only:
+            return exact
         cap = self.params.bucket_cap
+        counts: Counter[int] = Counter()
         for table, key in zip(self._buckets, self._hasher.band_keys(text)):
             bucket = table.get(key)
-            if bucket:
-                found.update(islice(reversed(bucket), cap))
-        return found
+            if bucket is None:
+                continue
+            if type(bucket) is int:
+                counts[bucket] += 1
+            else:
+                counts.update(islice(reversed(bucket), cap))
+        low, high = length_bounds(len(text), threshold)
+        lengths = self._len
+        ranked = (i for i, _ in counts.most_common() if low <= lengths[i] <= high)
+        return exact + list(islice(ranked, self.params.max_candidates))
 
     def search(self, text: str, threshold: float, limit: int | None = None) -> list[tuple[int, float]]:
         """Stored ids with ``sim(text, stored) >= threshold``, best first (ties: smaller id), at most ``limit``."""
         if threshold >= 1.0 or self.exact_only:
             hits = [(i, 1.0) for i in sorted(self._exact.get(text, ()))]
             return hits[:limit] if limit is not None else hits
-        low, high = length_bounds(len(text), threshold)
-        ids = [i for i in self.candidates(text) if low <= len(self._text[i]) <= high]
+        ids = list(dict.fromkeys(self.candidates(text, threshold)))
         if not ids:
             return []
         cutoff = threshold * 100.0 - 1e-9

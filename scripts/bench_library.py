@@ -1,0 +1,213 @@
+"""Benchmark: assign + retrieve for a batch of observations against 1e3 / 1e4 / 1e5 clusters and entries.
+
+For each size N the script builds an ExperienceSystem holding N observation clusters (realistic ALFWorld /
+WebShop-like text from ``recipe.forge.experience.synthetic``, assigned until N clusters exist) and N library
+entries (inserted without the novelty check, each keyed by a cluster's observation and linked to it), then
+times one ``provide`` call for a batch of 1,024 queries (half revisits: a known observation with one or two
+digits changed; half fresh observations), with the gates open: cluster assignment, retrieval (cluster pool or
+the whole-library fallback) and rendering.
+
+Baseline, in the same run: the naive O(N) method (GiGPO's / the original code's): for each query a linear scan
+of all N prototypes with ``difflib.SequenceMatcher.ratio`` to find its cluster. It is time-capped: the pairs
+(query, prototype) are compared in scan order until ``--naive-budget-s`` is spent; the naive batch time is
+the measured mean time per pair x N x batch size. The naive fallback scan over all entry keys is not counted,
+so the naive figure is a lower bound and the speedup is conservative.
+
+Also reported: recall of the sub-linear cluster search against an exact linear rapidfuzz scan (on a sample of
+the queries, read-only, before the timed batch), and the peak resident memory of the process after building
+and querying the largest size.
+
+    .venv/bin/python scripts/bench_library.py            # table
+    .venv/bin/python scripts/bench_library.py --json     # one JSON line
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import gc
+import json
+import random
+import resource
+import sys
+import time
+
+import numpy as np
+from rapidfuzz import fuzz, process
+from tqdm import tqdm
+
+from agent_system.multi_turn_rollout.protocols import StepQuery
+from recipe.forge.config_schema import ForgeConfig
+from recipe.forge.experience import ExperienceSystem, synthetic
+from recipe.forge.experience.library import GOLDEN, LEVELS, WARNING, Candidate
+
+THRESHOLD = 0.85
+
+
+def entry_text(rng: random.Random) -> str:
+    obj, rec = synthetic._thing(rng, synthetic.OBJECTS), synthetic._thing(rng, synthetic.RECEPTACLES)
+    return rng.choice([
+        f"To find the {obj}, go to {rec} first, open it, and take the {obj} before moving on.",
+        f"Repeating \"go to {rec}\" made no progress: after one try, choose a different action.",
+        f"At \"You arrive at {rec}.\", the action \"take {obj} from {rec}\" moved the task forward.",
+        f"Failed after {rng.randint(5, 50)} steps: the last action \"open {rec}\" led nowhere.",
+    ])
+
+
+def build(n: int, seed: int, desc: str) -> tuple[ExperienceSystem, list[int]]:
+    """A system with exactly ``n`` clusters and ``n`` entries; returns it and the cluster ids."""
+    per_level = -(-n // 6) + 1
+    cfg = ForgeConfig(golden_capacity_per_level=per_level, warning_capacity_per_level=per_level,
+                      max_clusters=max(2 * n, 1), warmup_iterations=0, min_library_size=0, library_save_freq=10**9)
+    system = ExperienceSystem.from_config(cfg)
+    rng = random.Random(seed)
+    with tqdm(total=n, desc=f"{desc}: clusters", file=sys.stderr, leave=False) as bar:
+        while len(system.index) < n:
+            before = len(system.index)
+            system.index.assign(synthetic.observation(rng), 0)
+            bar.update(len(system.index) - before)
+    cluster_ids = list(system.index.cluster_ids())
+    zones = [(z, lvl) for z in (GOLDEN, WARNING) for lvl in LEVELS[z]]
+    candidates = []
+    for i in tqdm(range(n), desc=f"{desc}: entries", file=sys.stderr, leave=False):
+        cid = cluster_ids[rng.randrange(len(cluster_ids))]
+        zone, level = zones[i % len(zones)]
+        _, task = synthetic.alfworld_task(rng)
+        candidates.append(Candidate(text=entry_text(rng), zone=zone, level=level, score=rng.uniform(0, 10),
+                                    task=task, key=system.index.prototype(cid), cluster_ids=[cid]))
+    system.library.insert_unchecked(candidates, 0)
+    assert len(system.library) == n, (len(system.library), n)
+    return system, cluster_ids
+
+
+def make_queries(system: ExperienceSystem, cluster_ids: list[int], batch: int, seed: int) -> list[StepQuery]:
+    rng = random.Random(seed)
+    queries = []
+    for i in range(batch):
+        if i % 2 == 0:
+            obs = synthetic.perturb(system.index.prototype(rng.choice(cluster_ids)), rng, rng.randint(1, 2))
+        else:
+            obs = synthetic.observation(rng)
+        _, task = synthetic.alfworld_task(rng)
+        queries.append(StepQuery(obs, task, None, f"u{i // 8}", f"t{i}", i % 8))
+    return queries
+
+
+def naive_assign(obs: str, prototypes: list[tuple[int, str]], deadline: float) -> tuple[int | None, int]:
+    """The linear-scan reference for cluster assignment: difflib against every prototype, keeping the best
+    >= threshold. Returns (cluster or None, pairs compared); stops early at ``deadline``."""
+    best, best_score, pairs = None, THRESHOLD, 0
+    for cid, proto in prototypes:
+        score = difflib.SequenceMatcher(None, obs, proto).ratio()
+        pairs += 1
+        if score >= best_score and (best is None or score > best_score):
+            best, best_score = cid, score
+        if pairs % 256 == 0 and time.perf_counter() >= deadline:
+            break
+    return best, pairs
+
+
+def time_naive(system: ExperienceSystem, queries: list[StepQuery], budget_s: float) -> tuple[float, int, int]:
+    """(estimated seconds per query, queries fully scanned, pairs compared) of the naive cluster scan.
+
+    The naive cost per query is estimated as N prototypes x the mean difflib time per pair, measured on the
+    batch's own (query, prototype) pairs in scan order until ``budget_s`` is spent. Only the cluster scan is
+    counted, not the naive fallback scan over all entry keys, so this is a lower bound of the naive cost."""
+    prototypes = [(cid, c.prototype) for cid, c in system.index.clusters.items()]
+    start = time.perf_counter()
+    deadline = start + budget_s
+    pairs = full = 0
+    for query in queries:
+        _, done = naive_assign(query.anchor_obs, prototypes, deadline)
+        pairs += done
+        full += done == len(prototypes)
+        if time.perf_counter() >= deadline:
+            break
+    per_pair = (time.perf_counter() - start) / pairs
+    return per_pair * len(prototypes), full, pairs
+
+
+def recall(system: ExperienceSystem, queries: list[StepQuery], sample: int) -> tuple[float, float, int]:
+    """(share of queries with an exact match >= threshold that the index also matches, share of those where it
+    found a best-scoring prototype, number of queries with an exact match), read-only."""
+    ids = list(system.index.cluster_ids())
+    protos = [system.index.prototype(c) for c in ids]
+    found = best = total = 0
+    for query in queries[:sample]:
+        exact = process.extractOne(query.anchor_obs, protos, scorer=fuzz.ratio, score_cutoff=THRESHOLD * 100 - 1e-9)
+        if exact is None:
+            continue
+        total += 1
+        ours = system.index.match(query.anchor_obs)
+        found += ours is not None
+        best += ours is not None and abs(ours[1] * 100 - exact[1]) < 1e-6
+    return found / max(total, 1), best / max(total, 1), total
+
+
+def run(sizes: list[int], batch: int, budget_s: float, seed: int, recall_sample: int) -> dict:
+    rows = []
+    for n in sizes:
+        system, cluster_ids = build(n, seed, f"N={n:,}")
+        queries = make_queries(system, cluster_ids, batch, seed + 1)
+        rec, rec_best, rec_n = recall(system, queries, recall_sample)
+        naive_per_query, naive_full, naive_pairs = time_naive(system, queries, budget_s)
+        system.begin_iteration(1)
+        start = time.perf_counter()
+        out = system.provide(queries)
+        ours = time.perf_counter() - start
+        naive_batch = naive_per_query * batch
+        rows.append({
+            "n": n, "ours_s": ours, "ours_ms_per_query": 1e3 * ours / batch,
+            "naive_s_extrapolated": naive_batch, "naive_queries_fully_scanned": naive_full,
+            "naive_pairs_measured": naive_pairs,
+            "speedup": naive_batch / ours, "recall": rec, "recall_best": rec_best, "recall_queries": rec_n,
+            "hit_rate": float(np.mean([bool(o.entry_ids) for o in out])),
+            "fallback_rate": system.stats.fallbacks / batch,
+        })
+        del system, out
+        gc.collect()
+    by_n = {r["n"]: r for r in rows}
+    growth = [rows[i + 1]["ours_s"] / rows[i]["ours_s"] for i in range(len(rows) - 1)]
+    return {
+        "batch": batch,
+        "threshold": THRESHOLD,
+        "rows": rows,
+        "speedup_vs_linear_at_10k": by_n[10_000]["speedup"] if 10_000 in by_n else None,
+        "growth_per_10x": max(growth) if growth else None,
+        "growth_per_10x_each": growth,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_at": max(sizes),
+        "naive": "difflib.SequenceMatcher.ratio linear scan of all N prototypes per query (cluster assignment only: "
+                 "a lower bound of the naive cost), time-capped: mean time per pair measured on the batch's pairs "
+                 "in scan order, times N x batch",
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
+    parser.add_argument("--batch", type=int, default=1024)
+    parser.add_argument("--naive-budget-s", type=float, default=10.0, help="time cap of the naive scan per size")
+    parser.add_argument("--recall-sample", type=int, default=256)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print one JSON line")
+    args = parser.parse_args(argv)
+    result = run(sorted(args.sizes), args.batch, args.naive_budget_s, args.seed, args.recall_sample)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"assign + retrieve + render, batch of {args.batch} observations, threshold {THRESHOLD}")
+    print(f"{'N clusters = N entries':>22} | {'ours (s)':>9} | {'ms/query':>8} | {'naive difflib (s)':>17} | "
+          f"{'pairs timed':>11} | {'speedup':>8} | {'recall':>6} | {'hit rate':>8}")
+    for r in result["rows"]:
+        print(f"{r['n']:>22,} | {r['ours_s']:>9.3f} | {r['ours_ms_per_query']:>8.3f} | "
+              f"{r['naive_s_extrapolated']:>17.1f} | {r['naive_pairs_measured']:>11,} | {r['speedup']:>7.0f}x | "
+              f"{r['recall']:>6.3f} | {r['hit_rate']:>8.2f}")
+    print(f"growth per 10x entries: {', '.join(f'{g:.2f}x' for g in result['growth_per_10x_each'])} "
+          f"(max {result['growth_per_10x']:.2f}x); peak RSS {result['peak_rss_mb']:.0f} MB with N={max(args.sizes):,}")
+    print("naive: " + result["naive"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

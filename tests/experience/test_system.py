@@ -1,0 +1,124 @@
+"""ExperienceSystem as the engines use it: provider protocol, snapshots for workers, metrics, embeddings."""
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+from agent_system.multi_turn_rollout.protocols import ExperienceProvider, StepQuery
+from recipe.forge.experience import ExperienceSystem, LibrarySnapshot
+from recipe.forge.experience.library import GOLDEN, Candidate
+from recipe.forge.experience.system import PROVISIONAL_BASE
+
+FRIDGE = "You arrive at fridge 1. The fridge 1 is closed."
+FRIDGE2 = "You arrive at fridge 2. The fridge 2 is closed."
+DESK = "You arrive at desk 1. On the desk 1, you see a pen 2, and a laptop 1."
+
+
+def q(obs, traj_uid="t", step=0):
+    return StepQuery(anchor_obs=obs, task="cool some apple and put it in fridge.", task_type="pick_cool_then_place",
+                     uid="u", traj_uid=traj_uid, step=step)
+
+
+def trained(cfg, iterate, **kw):
+    system = ExperienceSystem.from_config(cfg(min_library_size=1, warmup_iterations=1, **kw))
+    for i in range(3):
+        iterate(system, i, seed=40 + i)
+    return system
+
+
+def test_from_config_accepts_the_typed_section_and_a_plain_mapping(cfg):
+    from dataclasses import asdict
+
+    typed = cfg()
+    a = ExperienceSystem.from_config(typed)
+    b = ExperienceSystem.from_config({k: v for k, v in asdict(typed).items() if not k.startswith("_")})
+    assert a.cfg == b.cfg and isinstance(a.provider, ExperienceProvider)
+    with pytest.raises(ValueError, match="lacks the experience keys"):
+        ExperienceSystem.from_config({"top_k_golden": 2})
+
+
+def test_snapshot_is_plain_data_and_its_provider_agrees_with_the_driver(cfg, iterate):
+    system = trained(cfg, iterate)
+    snap = system.snapshot()
+    assert snap.version == 3 and isinstance(snap, LibrarySnapshot)
+    restored = pickle.loads(pickle.dumps(snap))
+    json.dumps(snap.__dict__)  # JSON-ready as well
+    worker = ExperienceSystem.from_snapshot(restored)
+    protos = [system.index.prototype(c) for c in list(system.index.cluster_ids())[:8]]
+    queries = [q(p, step=i) for i, p in enumerate(protos)]
+    system.begin_iteration(3)
+    worker.begin_iteration(3)
+    assert worker.provider.provide(queries) == system.provider.provide(queries)
+    assert any(o.text for o in worker.provider.provide(queries))
+    with pytest.raises(RuntimeError, match="read-only"):
+        worker.evolve([], 3)
+    assert len(worker.library) == len(system.library)  # the worker never changes the published library
+
+
+def test_worker_local_clusters_are_consistent_and_absorbed_by_the_driver(cfg, iterate, traj):
+    system = trained(cfg, iterate)
+    worker = ExperienceSystem.from_snapshot(system.snapshot())
+    new_a = "You open the safe 7. The safe 7 is open. In it, you see a watch 3, and a keychain 2."
+    new_b = "You open the safe 7. The safe 7 is open. In it, you see a watch 3, and a keychain 5."
+    out = worker.provider.provide([q(new_a), q(new_b, step=1), q(DESK, step=2)])
+    assert out[0].cluster_id >= PROVISIONAL_BASE and out[0].cluster_id == out[1].cluster_id
+    t = traj("u", "t", "task", [(new_a, "look"), (new_b, "look")], 0.0, clusters=[out[0].cluster_id] * 2)
+    n_before = len(system.index)
+    system.evolve([t], 3)
+    ids = [s.cluster_id for s in t.steps]
+    assert ids[0] == ids[1] < PROVISIONAL_BASE and ids[0] in system.index and len(system.index) == n_before + 1
+
+
+def test_metrics_names(cfg, iterate):
+    system = trained(cfg, iterate)
+    _, metrics = iterate(system, 3, seed=99)
+    for key in ("forge/strategies_added", "forge/warnings_added", "forge/library_golden_size",
+                "forge/library_warning_size", "forge/library_total_size", "forge/retrieval_hit_rate",
+                "forge/experiences_per_step", "forge/cluster_count", "forge/step_group_singleton_share",
+                "forge/step_group_mean_size", "forge/step_group_max_size", "forge/library_version"):
+        assert isinstance(metrics[key], float), key
+    assert metrics["forge/library_total_size"] == metrics["forge/library_golden_size"] + \
+        metrics["forge/library_warning_size"] == len(system.library)
+    assert 0.0 <= metrics["forge/retrieval_hit_rate"] <= 1.0 and metrics["forge/cluster_count"] == len(system.index)
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    from recipe.forge.experience.embeddings import TextEmbedder
+
+    return TextEmbedder("all-MiniLM-L6-v2")
+
+
+def test_minilm_embeddings_are_normalised_padding_invariant_and_meaningful(embedder):
+    texts = ["Open the fridge before taking the apple.", "Open the fridge first, then take the apple out.",
+             "The stock market closed lower on Tuesday after a long and volatile trading session."]
+    together = embedder(texts)
+    assert together.shape == (3, 384) and together.dtype == np.float32
+    assert np.allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
+    embedder._cache.clear()
+    alone = np.stack([embedder([t])[0] for t in texts])  # no padding: must match the padded batch
+    assert np.allclose(alone, together, atol=1e-5)
+    sims = together @ together.T
+    assert sims[0, 1] > 0.7 > 0.3 > sims[0, 2]
+
+
+def test_system_with_embeddings_merges_paraphrases_and_retrieves_by_meaning(cfg, embedder):
+    system = ExperienceSystem.from_config(cfg(use_embeddings=True, min_library_size=1, novelty_threshold=0.8,
+                                              obs_similarity_threshold=0.6), embedder=embedder)
+    add = lambda text, key: system.library.admit(Candidate(text=text, zone=GOLDEN, level="method", score=1.0,
+                                                           key=key, task="x"), 0)
+    assert add("Open the fridge before taking the apple.", FRIDGE)[0] == "added"
+    assert add("Open the fridge first, then take the apple out.", FRIDGE)[0] == "merged"
+    assert add("Turn on the desklamp to examine the pen.", DESK)[0] == "added"
+    system.begin_iteration(1)
+    out = system.provider.provide([q("You walk to the fridge 3. It is shut.")])[0]
+    assert out.entry_ids == ("0",)
+
+
+def test_missing_embedding_model_is_a_clear_error(tmp_path):
+    from recipe.forge.experience.embeddings import resolve_model_dir
+
+    with pytest.raises(FileNotFoundError, match="never downloaded"):
+        resolve_model_dir(str(tmp_path / "nope"))
