@@ -127,3 +127,27 @@ def test_text_and_image_observations():
     assert "image" not in SokobanEnv(mode="text").reset(5)[1]
     with pytest.raises(ValueError, match="mode"):
         SokobanEnv(mode="ascii")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10**6), st.lists(st.sampled_from(list(ACTIONS) + ["", "jump"]), min_size=1, max_size=25))
+def test_random_play_invariants_and_reward_identity(seed, actions):
+    """Boxes are conserved, never on walls or under the player, the player moves at most one cell, and each
+    reward equals -0.1 + (change in boxes on targets) + 10 if solved."""
+    env = SokobanEnv()
+    env.reset(seed)
+    room = env.room
+    targets = set(room.targets)
+    for action in actions:
+        before = env.state
+        on_before = len(targets & set(before.boxes))
+        _, reward, terminated, _, info = env.step(action)
+        after = env.state
+        assert len(after.boxes) == len(set(after.boxes)) == len(before.boxes)
+        assert all(room.is_free(b) for b in after.boxes) and after.player not in after.boxes
+        assert abs(after.player - before.player) in (0, 1, room.width)
+        on_after = len(targets & set(after.boxes))
+        assert reward == pytest.approx(-0.1 + (on_after - on_before) + 10.0 * terminated)
+        assert terminated == info["won"] == (on_after == len(targets))
+        if terminated:
+            break
