@@ -63,6 +63,8 @@ def verl_stack(tiny_model_dir, run_config_factory, tmp_path_factory):
     cfg = prepare_verl_config(cfg)
     OmegaConf.resolve(cfg)
     cfg.transfer_queue.enable = True
+    if ray.is_initialized():  # a Ray left by another test module would lack the 4 logical CPUs needed here
+        ray.shutdown()
     ray.init(num_cpus=4, include_dashboard=False, runtime_env={"env_vars": {"TRANSFER_QUEUE_ENABLE": "1"}})
     tq.init(cfg.transfer_queue)
     try:

@@ -88,6 +88,28 @@ def reward_metrics(trajectories: Sequence[TrajectoryRecord]) -> dict[str, float]
     }
 
 
+class RolloutServerLLM:
+    """``llm(prompt) -> str`` through verl's own rollout servers (OpenAI-compatible HTTP, the current policy), for
+    the LLM extractor. Lazy: the servers start after the trainer is built; the served model name is asked from
+    the server's /v1/models."""
+
+    def __init__(self, addresses: Any, max_tokens: int = 512):
+        self._addresses = addresses  # callable returning verl's server addresses ("host:port")
+        self.max_tokens = max_tokens
+        self._client = None
+
+    def __call__(self, prompt: str) -> str:
+        if self._client is None:
+            from openai import OpenAI
+
+            from recipe.forge.experience.extract_llm import OpenAICompatibleLLM
+
+            base_url = f"http://{self._addresses()[0]}/v1"
+            model = OpenAI(base_url=base_url, api_key="EMPTY").models.list().data[0].id
+            self._client = OpenAICompatibleLLM(base_url=base_url, model=model, max_tokens=self.max_tokens)
+        return self._client(prompt)
+
+
 class LibraryDriver:
     """Owns the ExperienceSystem on the driver; a disabled driver (non-forge estimators) only reports rewards.
 
@@ -101,7 +123,8 @@ class LibraryDriver:
         self._broker = None
 
     @classmethod
-    def from_trainer_config(cls, config: Any) -> "LibraryDriver":
+    def from_trainer_config(cls, config: Any, llm: Any = None) -> "LibraryDriver":
+        """``llm`` (prompt -> text) serves ``algorithm.forge.extractor=llm``."""
         forge = config.algorithm.forge
         section = OmegaConf.to_container(forge, resolve=True) if OmegaConf.is_config(forge) else forge
         section = {k: v for k, v in dict(section).items() if k != "_target_"}
@@ -109,7 +132,7 @@ class LibraryDriver:
         if str(config.algorithm.adv_estimator) == "forge":
             from recipe.forge.experience import ExperienceSystem
 
-            system = ExperienceSystem.from_config(section)
+            system = ExperienceSystem.from_config(section, llm=llm)
         return cls(system, section)
 
     @property

@@ -32,7 +32,7 @@ from verl.workers.utils.padding import response_to_nested
 from recipe.forge.distillation import distillation_weight
 from recipe.forge.engines.verl import step_batch
 from recipe.forge.engines.verl.distill import check_distillation_config, distillation_advantage
-from recipe.forge.engines.verl.library_driver import LibraryDriver
+from recipe.forge.engines.verl.library_driver import LibraryDriver, RolloutServerLLM
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +106,12 @@ class ForgeTrainer(PPOTrainerSync):
         """SLEA-RL's driver state (library, distillation, per-batch caches); separate from verl's own set-up so
         the advantage and library steps can be exercised without actor workers."""
         self.config = config
-        self.library = LibraryDriver.from_trainer_config(config)
+        llm = None
+        if str(config.algorithm.forge.extractor) == "llm":
+            llm = RolloutServerLLM(lambda: self.llm_server_manager.get_addresses())
+        self.library = LibraryDriver.from_trainer_config(config, llm=llm)
+        self._iteration_rows: list[dict] = []
+        self._checkpoint_folder: str | None = None  # set when verl saved a checkpoint this iteration
         self._driver_clusters: dict[str, int | None] = {}  # batch key -> cluster id after absorb
         self.distill = bool(config.algorithm.forge.use_distillation) and self.library.enabled
         if self.distill:
@@ -228,21 +233,31 @@ class ForgeTrainer(PPOTrainerSync):
     # ------------------------------------------------------------- iteration end
     def step(self, metrics: dict, timing_raw: dict) -> KVBatchMeta:
         batch = super().step(metrics, timing_raw)
-        with marked_timer("forge_library", timing_raw, color="purple"):
-            _, _, extra, real = rows_to_step_data(batch)
-            rows = [
-                {**extra[i], "cluster_id": self._driver_clusters.get(batch.keys[i], extra[i].get("cluster_id"))}
-                for i in np.flatnonzero(real)
-            ]
-            self._driver_clusters.clear()
-            metrics.update(step_batch.episode_metrics(step_batch.step_arrays(rows)))
-            metrics.update(self.library.end_iteration(rows, self.global_steps - 1))
+        _, _, extra, real = rows_to_step_data(batch)
+        self._iteration_rows = [
+            {**extra[i], "cluster_id": self._driver_clusters.get(batch.keys[i], extra[i].get("cluster_id"))}
+            for i in np.flatnonzero(real)
+        ]
+        self._driver_clusters.clear()
+        metrics.update(step_batch.episode_metrics(step_batch.step_arrays(self._iteration_rows)))
         return batch
+
+    def on_step_end(self):
+        # After verl's weight sync the rollout servers are awake again: the LLM extractor (if configured) is
+        # served by the updated policy. The metrics reach this step's log through verl's pending-sync metrics.
+        super().on_step_end()
+        with marked_timer("forge_library", self.timing_raw, color="purple"):
+            library_metrics = self.library.end_iteration(self._iteration_rows, self.global_steps - 1)
+        self._iteration_rows = []
+        self._pending_sync_metrics = {**(getattr(self, "_pending_sync_metrics", None) or {}), **library_metrics}
+        if self._checkpoint_folder is not None:
+            # verl saved its checkpoint before on_step_end; the library joins it once this iteration evolved it
+            self.library.save(os.path.join(self._checkpoint_folder, "forge_library"))
+            self._checkpoint_folder = None
 
     def _save_checkpoint(self):
         super()._save_checkpoint()
-        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
-        self.library.save(os.path.join(folder, "forge_library"))
+        self._checkpoint_folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
 
     def _load_checkpoint(self):
         result = super()._load_checkpoint()
