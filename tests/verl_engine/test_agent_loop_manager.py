@@ -214,3 +214,45 @@ def test_forge_agent_rows_reach_the_batch_and_the_trainer_step(verl_stack):
     for i, row in enumerate(rows2):
         assert row["experience_text"] and row["experience_ids"]
         assert row["experience_text"] in tokenizer.decode(prompts2[i], skip_special_tokens=True)
+
+
+def test_trainer_iteration_hooks_evolve_publish_and_checkpoint_the_library(verl_stack, monkeypatch, tmp_path):
+    """ForgeTrainer.step / on_step_end / _save_checkpoint around verl's parts (replaced: actor workers and weight
+    sync need a GPU): metrics, evolution with the driver's clusters, the library saved into the checkpoint."""
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    from recipe.forge.engines.verl.trainer import ForgeTrainer
+
+    cfg = verl_stack["cfg"]
+    trainer = object.__new__(ForgeTrainer)
+    trainer.init_forge_state(cfg)
+    trainer.global_steps, trainer.timing_raw = 1, {}
+    trainer.library.begin_iteration(0)
+    meta, _ = rollout(verl_stack, 0, global_steps=1)  # the same tasks again, under new uids
+
+    def verl_step(self, metrics, timing_raw):  # verl's step: old log-probs, advantage, update (here: advantage only)
+        return self._compute_advantage(meta, metrics)
+
+    saved = []
+    monkeypatch.setattr(PPOTrainerSync, "step", verl_step)
+    monkeypatch.setattr(PPOTrainerSync, "on_step_end", lambda self: None)
+    monkeypatch.setattr(PPOTrainerSync, "_save_checkpoint", lambda self: saved.append(self.global_steps))
+    with monkeypatch.context() as m:
+        m.setitem(cfg.trainer, "default_local_dir", str(tmp_path))
+        metrics: dict = {}
+        trainer.step(metrics, trainer.timing_raw)
+        assert 0.0 <= metrics["episode/success_rate"] <= 1.0 and metrics["episode/num_trajectories"] == TASKS * G
+        assert all(r["cluster_id"] >= 0 for r in trainer._iteration_rows)  # the driver's clusters
+        trainer._save_checkpoint()
+        trainer.on_step_end()
+    assert saved == [1]
+    logged = trainer._pending_sync_metrics
+    assert logged["forge/library_version"] == 1.0 and "forge/reward_mean" in logged
+    assert "forge_library" in trainer.timing_raw
+    assert (tmp_path / "global_step_1" / "forge_library").exists()
+    trainer.library.begin_iteration(1)  # next iteration: a fresh driver resumes the saved library
+    fresh = object.__new__(ForgeTrainer)
+    fresh.init_forge_state(cfg)
+    fresh.library.load_if_exists(str(tmp_path / "global_step_1" / "forge_library"))
+    assert fresh.library.version == 1
+    assert len(fresh.library.system.library) == logged["forge/library_total_size"]

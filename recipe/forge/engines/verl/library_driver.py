@@ -7,6 +7,7 @@ regrouped into the rollout protocol's TrajectoryRecords, the same records the em
 from __future__ import annotations
 
 import os
+import uuid
 from collections import defaultdict
 from typing import Any, Sequence
 
@@ -121,6 +122,7 @@ class LibraryDriver:
         self.system = system
         self.forge_cfg = forge_cfg
         self._broker = None
+        self.publisher_id = uuid.uuid4().hex  # tells workers apart the snapshots of two drivers in one job
 
     @classmethod
     def from_trainer_config(cls, config: Any, llm: Any = None) -> "LibraryDriver":
@@ -150,7 +152,7 @@ class LibraryDriver:
         self.system.begin_iteration(iteration)
         if self._broker is None:
             self._broker = get_or_create_broker()
-        ray.get(self._broker.publish.remote(self.version, iteration, self.system.snapshot()))
+        ray.get(self._broker.publish.remote(self.publisher_id, self.version, iteration, self.system.snapshot()))
 
     def absorb(self, rows: Sequence[dict]) -> list[int | None]:
         """Resolve the workers' local cluster ids to the driver's clusters; returns one id per row.
