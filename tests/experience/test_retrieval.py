@@ -78,8 +78,9 @@ def test_never_more_than_top_k(kg, kw, mode, obs, cluster):
 
 def test_gates():
     assert not gates_open(4, 100, warmup_iterations=5, min_library_size=10)
-    assert not gates_open(5, 9, warmup_iterations=5, min_library_size=10)
-    assert gates_open(5, 10, warmup_iterations=5, min_library_size=10)
+    assert not gates_open(5, 10, warmup_iterations=5, min_library_size=10)
+    assert gates_open(5, 11, warmup_iterations=5, min_library_size=10)
+    assert not gates_open(0, 0, warmup_iterations=0, min_library_size=0)  # an empty library injects nothing
 
 
 def query(obs, step=0, task="cool some apple and put it in fridge."):
@@ -103,7 +104,7 @@ def test_system_warm_up_clusters_but_injects_nothing(cfg, traj):
 
 
 def test_fallback_links_reach_the_cluster_through_evolve(cfg, traj):
-    system = ExperienceSystem.from_config(cfg(min_library_size=1, top_k_golden=2, top_k_warning=0))
+    system = ExperienceSystem.from_config(cfg(min_library_size=0, top_k_golden=2, top_k_warning=0))
     system.library.admit(Candidate(text="open the fridge before cooling", zone=GOLDEN, level="method", score=3.0,
                                    key=FRIDGE, task="x"), 0)
     system.begin_iteration(1)

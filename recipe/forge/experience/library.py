@@ -8,8 +8,8 @@ Rules (SLEA-RL paper, REFERENCE.md §1):
   is merged into the most similar one (score becomes the max of both, support adds up, cluster links join);
 * admission: a novel candidate enters a full level only if its score beats the level's lowest entry, which it
   replaces;
-* pruning keeps each level within capacity, dropping the lowest by (score, support, last update, then the older
-  entry).
+* pruning keeps each level within capacity, dropping the lowest by (score, support, last update); among full
+  ties the newer entry goes.
 
 Similarity between entry texts is :func:`sequence_similarity`, or the cosine of sentence embeddings when an
 embedder is given. Entries also remember the observation (``key``) and task they were drawn from and the
@@ -102,8 +102,9 @@ class ExperienceLibrary:
         self.levels: dict[tuple[str, str], dict[int, None]] = {(z, l): {} for z in LEVELS for l in LEVELS[z]}
         self.by_cluster: dict[int, set[int]] = {}
         self.next_id = 0
+        self.lsh = lsh
         self._keys = NearDuplicateIndex(lsh)
-        self._tasks = NearDuplicateIndex(lsh)
+        self._tasks: NearDuplicateIndex | None = None  # built on the first task search (task / hybrid modes)
         self._vectors: dict[int, np.ndarray] = {}  # entry id -> embedding of its text (novelty check)
 
     def __len__(self) -> int:
@@ -175,7 +176,8 @@ class ExperienceLibrary:
         self.entries[entry.entry_id] = entry
         self.levels[(entry.zone, entry.level)][entry.entry_id] = None
         self._keys.add(entry.entry_id, entry.key)
-        self._tasks.add(entry.entry_id, entry.task)
+        if self._tasks is not None:
+            self._tasks.add(entry.entry_id, entry.task)
         for cid in entry.cluster_ids:
             self.by_cluster.setdefault(cid, set()).add(entry.entry_id)
         if self.embed is not None:
@@ -185,7 +187,8 @@ class ExperienceLibrary:
         entry = self.entries.pop(entry_id)
         del self.levels[(entry.zone, entry.level)][entry_id]
         self._keys.remove(entry_id)
-        self._tasks.remove(entry_id)
+        if self._tasks is not None:
+            self._tasks.remove(entry_id)
         self._vectors.pop(entry_id, None)
         for cid in entry.cluster_ids:
             linked = self.by_cluster.get(cid)
@@ -242,6 +245,10 @@ class ExperienceLibrary:
 
     def search_tasks(self, task: str, threshold: float) -> list[tuple[ExperienceEntry, float]]:
         """Entries whose source task has ``sim >= threshold`` with ``task``, most similar first."""
+        if self._tasks is None:
+            self._tasks = NearDuplicateIndex(self.lsh)
+            for entry in self.entries.values():
+                self._tasks.add(entry.entry_id, entry.task)
         return [(self.entries[i], s) for i, s in self._tasks.search(task, threshold)]
 
     def all_entries(self) -> Iterable[ExperienceEntry]:

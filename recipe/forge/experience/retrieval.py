@@ -115,5 +115,5 @@ class Retriever:
 
 def gates_open(iteration: int, library_size: int, warmup_iterations: int, min_library_size: int) -> bool:
     """Injection starts once ``warmup_iterations`` iterations are done (iterations count from 0) and the
-    library holds at least ``min_library_size`` entries."""
-    return iteration >= warmup_iterations and library_size >= min_library_size
+    library holds more than ``min_library_size`` entries (the paper's |E| > C_min)."""
+    return iteration >= warmup_iterations and library_size > min_library_size

@@ -15,11 +15,12 @@ can only find a shorter common subsequence, so ``sim >= difflib ratio``. It is t
 1. an exact-text hash map (a repeated observation costs one dict lookup);
 2. a MinHash LSH prefilter: each string becomes the set of its UTF-8 byte ``q``-grams; ``bands x rows`` MinHash
    values (random affine permutations of the hashed q-gram modulo 2^32, vectorised in numpy) are grouped into
-   ``bands`` keys;
-   strings sharing a key in any band are candidates. Only the ``bucket_cap`` most recently added members of a
-   bucket are read, which bounds the work per query independently of the index size (buckets keep all members
-   in insertion order, so the result depends only on the current contents and their order, not on the history
-   of removals: an index rebuilt from a checkpoint answers exactly like the saved one);
+   ``bands`` coarse keys (``rows`` values each) and ``bands`` fine keys (two adjacent bands, ``2 * rows``
+   values); strings sharing a key are candidates. Per band, a coarse bucket is read whole while it holds at
+   most ``bucket_cap`` strings; beyond that (strings of a common template) the fine bucket is read instead, at
+   most its ``bucket_cap`` newest members. This bounds the work per query independently of the index size.
+   Buckets keep all members in insertion order, so answers depend only on the current contents and their
+   order, not on the history of removals: an index rebuilt from a checkpoint answers exactly like the saved one;
 3. a length filter (``sim >= t`` needs ``t / (2 - t) <= |a| / |b| <= (2 - t) / t``), then the
    ``max_candidates`` candidates sharing the most bands with the query (near-duplicates share many);
 4. exact confirmation of those candidates with ``sim`` (rapidfuzz, C++).
@@ -64,7 +65,7 @@ class LSHParams:
 
 
 class MinHasher:
-    """Band keys of a string: (bands,) Python ints, identical in every process (no salted ``hash``).
+    """Band keys of a string: Python ints, identical in every process (no salted ``hash``).
 
     A q-gram (q <= 4 bytes) is packed into a uint32, mixed by a Knuth multiplicative hash, and permuted by
     ``bands * rows`` random odd-multiplier affine maps modulo 2^32 (bijections, vectorised); the minimum of each
@@ -93,13 +94,17 @@ class MinHasher:
             codes |= data[i : i + n] << np.uint32(8 * i)
         return codes
 
-    def band_keys(self, text: str) -> list[int]:
+    def band_keys(self, text: str) -> tuple[list[int], list[int]]:
+        """(coarse, fine) keys, each (bands,): coarse key b hashes band b's ``rows`` MinHash values; fine key b
+        hashes bands b and b+1 (2 * rows values), so strings sharing a fine key also share the coarse key."""
         grams = self.qgrams(text)
         grams *= np.uint32(2654435761)
         permuted = np.multiply(self._mul, grams[None, :])  # (bands*rows, n_grams), wraps modulo 2^32
         permuted += self._add
         signature = permuted.min(axis=1).astype(np.uint64).reshape(self.params.bands, self.params.rows)
-        return (signature * self._combine).sum(axis=1).tolist()  # uint64 arithmetic wraps: a hash of the band
+        coarse = (signature * self._combine).sum(axis=1)  # uint64 arithmetic wraps: a hash of the band
+        fine = coarse * np.uint64(0x9E3779B97F4A7C15) + np.roll(coarse, -1)
+        return coarse.tolist(), fine.tolist()
 
 
 class NearDuplicateIndex:
@@ -113,9 +118,9 @@ class NearDuplicateIndex:
         self._text: dict[int, str] = {}
         self._len: dict[int, int] = {}
         self._exact: dict[str, list[int]] = {}
-        # band key -> member id, or a list of member ids in insertion order once a bucket has several (most
-        # buckets hold one string: a bare int keeps them small)
-        self._buckets: list[dict[int, int | list[int]]] = [{} for _ in range(self.params.bands)]
+        # per band: key -> member id, or a list of member ids in insertion order once a bucket has several (most
+        # buckets hold one string: a bare int keeps them small). Coarse tables first, then fine tables.
+        self._tables: list[dict[int, int | list[int]]] = [{} for _ in range(2 * self.params.bands)]
 
     def __len__(self) -> int:
         return len(self._text)
@@ -129,6 +134,10 @@ class NearDuplicateIndex:
     def ids(self) -> Iterable[int]:
         return self._text.keys()
 
+    def _keys(self, text: str) -> list[int]:
+        coarse, fine = self._hasher.band_keys(text)
+        return coarse + fine
+
     def add(self, item_id: int, text: str) -> None:
         if item_id in self._text:
             raise KeyError(f"id {item_id} is already in the index")
@@ -137,7 +146,7 @@ class NearDuplicateIndex:
         self._exact.setdefault(text, []).append(item_id)
         if self.exact_only:
             return
-        for table, key in zip(self._buckets, self._hasher.band_keys(text)):
+        for table, key in zip(self._tables, self._keys(text)):
             bucket = table.get(key)
             if bucket is None:
                 table[key] = item_id
@@ -155,7 +164,7 @@ class NearDuplicateIndex:
             del self._exact[text]
         if self.exact_only:
             return
-        for table, key in zip(self._buckets, self._hasher.band_keys(text)):  # recomputed: cheaper than storing
+        for table, key in zip(self._tables, self._keys(text)):  # recomputed: cheaper than storing them
             bucket = table[key]
             if type(bucket) is int:
                 del table[key]
@@ -166,20 +175,32 @@ class NearDuplicateIndex:
 
     def candidates(self, text: str, threshold: float = 0.0) -> list[int]:
         """Ids worth confirming for ``text``: exact copies first, then ids sharing LSH bands with it, most shared
-        bands first (ties: the order met, newest first), within the length bounds, at most ``max_candidates``."""
+        bands first (ties: the order met), within the length bounds, at most ``max_candidates``.
+
+        Per band the coarse bucket is read whole when it holds at most ``bucket_cap`` members; a larger one
+        (strings sharing a common template) is replaced by the fine bucket (twice the rows, so only close
+        strings share it), of which the newest ``bucket_cap`` members are read."""
         exact = list(self._exact.get(text, ()))
         if self.exact_only:
             return exact
-        cap = self.params.bucket_cap
+        cap, bands = self.params.bucket_cap, self.params.bands
+        coarse, fine = self._hasher.band_keys(text)
         counts: Counter[int] = Counter()
-        for table, key in zip(self._buckets, self._hasher.band_keys(text)):
-            bucket = table.get(key)
+        for b in range(bands):
+            bucket = self._tables[b].get(coarse[b])
             if bucket is None:
                 continue
             if type(bucket) is int:
                 counts[bucket] += 1
-            else:
-                counts.update(islice(reversed(bucket), cap))
+                continue
+            if len(bucket) > cap:
+                bucket = self._tables[bands + b].get(fine[b])
+                if bucket is None:
+                    continue
+                if type(bucket) is int:
+                    counts[bucket] += 1
+                    continue
+            counts.update(islice(reversed(bucket), cap))
         low, high = length_bounds(len(text), threshold)
         lengths = self._len
         ranked = (i for i, _ in counts.most_common() if low <= lengths[i] <= high)
