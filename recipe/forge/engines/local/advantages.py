@@ -1,0 +1,102 @@
+"""Advantages for a StepBatch with any estimator: forge and gigpo with their step inputs, GAE with the
+critic's values, and every other estimator of verl's registry called by name, as verl's trainer calls it."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from recipe.forge.config_schema import ForgeAlgoConfig
+from recipe.forge.core_forge import compute_forge_advantage, compute_gigpo_advantage, register_with_verl
+from recipe.forge.engines.local.batch import StepBatch
+
+# Estimators that need inputs a multi-turn step batch does not have: a greedy baseline rollout (remax) or
+# several reward dimensions (gdpo). They are rejected at start-up with this explanation.
+UNSUPPORTED = {
+    "remax": "needs reward_baselines from an extra greedy rollout per prompt, which the step-level rollout does not make",
+    "gdpo": "normalises several reward dimensions separately; the environments give one scalar reward",
+}
+NEEDS_SUM_PI_SQUARED = ("optimal_token_baseline", "tir_optimal_token_baseline")
+
+
+def supported_estimators() -> list[str]:
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+
+    register_with_verl()
+    return sorted(set(ADV_ESTIMATOR_REGISTRY) - set(UNSUPPORTED))
+
+
+def check_estimator(name: str) -> None:
+    from agent_system.config_checks import ConfigError
+
+    if name in UNSUPPORTED:
+        raise ConfigError(f"algorithm.adv_estimator={name!r} is not supported by the local engine: {UNSUPPORTED[name]}")
+    if name not in supported_estimators():
+        raise ConfigError(f"algorithm.adv_estimator={name!r}; choose one of {supported_estimators()}")
+
+
+def compute_advantages(
+    batch: StepBatch,
+    algorithm: ForgeAlgoConfig,
+    values: torch.Tensor | None = None,
+    sum_pi_squared: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages and returns, both (n, R), zero outside the response mask.
+
+    Args:
+        batch: the iteration's step samples.
+        algorithm: the typed algorithm section (estimator name and its settings).
+        values: (n, R) critic values, required by ``gae``.
+        sum_pi_squared: (n, R) sum over the vocabulary of p^2, required by the optimal-token-baseline estimators.
+    """
+    from verl.trainer.ppo import core_algos
+
+    name = algorithm.adv_estimator
+    check_estimator(name)
+    rewards, mask = batch.token_level_rewards, batch.response_mask
+    if name == "forge":
+        settings = algorithm.forge
+        keys = batch.cluster_id
+        if any(k is None for k in keys):
+            # No observation index ran (no experience system): group steps by exact anchor, as GiGPO does.
+            keys = batch.anchor_obs
+        return compute_forge_advantage(
+            rewards, batch.step_returns, mask, batch.uid, batch.traj_uid, keys,
+            use_step_rewards=settings.use_step_rewards, step_advantage_w=settings.step_advantage_w,
+            mode=settings.mode, episode_norm_over=settings.episode_norm_over,
+        )
+    if name == "gigpo":
+        settings = algorithm.gigpo
+        return compute_gigpo_advantage(
+            rewards, batch.step_returns, mask, batch.anchor_obs, batch.uid, batch.traj_uid,
+            step_advantage_w=settings.step_advantage_w, mode=settings.mode,
+            enable_similarity=settings.enable_similarity, similarity_thresh=settings.similarity_thresh,
+            episode_norm_over=settings.episode_norm_over,
+        )
+    if name == "gae":
+        if values is None:
+            raise ValueError("adv_estimator 'gae' needs critic values (critic.enable=true)")
+        return core_algos.compute_gae_advantage_return(rewards, values, mask, gamma=algorithm.gamma, lam=algorithm.lam)
+    if name == "grpo":
+        return core_algos.compute_grpo_outcome_advantage(
+            rewards, mask, index=batch.uid, norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo)
+    kwargs = {"token_level_rewards": rewards, "response_mask": mask, "config": algorithm, "index": batch.uid}
+    if name in NEEDS_SUM_PI_SQUARED:
+        if sum_pi_squared is None:
+            raise ValueError(f"adv_estimator {name!r} needs sum_pi_squared from the policy")
+        kwargs.update(sum_pi_squared=sum_pi_squared, old_log_probs=batch.old_log_probs, rollout_is_weights=None)
+    advantages, returns = core_algos.get_adv_estimator_fn(name)(**kwargs)
+    return advantages * mask, returns * mask
+
+
+def episode_groups_informative(batch: StepBatch) -> np.ndarray:
+    """(n,) bool: the sample's task group has unequal episode scores (a non-zero group-relative signal)."""
+    from recipe.forge.core_forge import factorize
+
+    scores = batch.token_level_rewards.sum(-1).numpy()
+    codes, n_groups = factorize(batch.uid)
+    low = np.full(n_groups, np.inf)
+    high = np.full(n_groups, -np.inf)
+    np.minimum.at(low, codes, scores)
+    np.maximum.at(high, codes, scores)
+    return (high - low)[codes] > 0

@@ -1,0 +1,165 @@
+"""Batched Hugging Face generation implementing the rollout's ``Generator`` protocol.
+
+A hand-written decoding loop over a KV cache rather than ``model.generate``: it returns exactly the
+log-probs the update recomputes (log softmax of logits / temperature, before any top-k/top-p filtering,
+which only narrows what is sampled), stops each row at EOS or at a stop string such as ``</action>``, and
+drops finished rows from the cache so the rest of the batch decodes faster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from agent_system.multi_turn_rollout.protocols import GenerationOutput, Message, SamplingParams
+
+
+class HFGenerator:
+    """Generates one response per conversation with a causal LM, in micro-batches of ``batch_size``.
+
+    Args:
+        model: a causal LM (plain or peft-wrapped).
+        tokenizer: its tokenizer; must have a chat template and a pad token.
+        batch_size: conversations decoded together (bounds memory; larger is faster on a GPU).
+        generator: torch RNG used for sampling (checkpointed by the trainer for exact resume).
+        autocast: context-manager factory for the forward passes (bf16 autocast, or none).
+        response_prefix: text appended after the generation prompt (e.g. ``"<action>"``); it is part of the
+            prompt ids and is prepended to the returned text, so a small model starts in the answer format.
+    """
+
+    def __init__(self, model: nn.Module, tokenizer, batch_size: int = 64, generator: torch.Generator | None = None,
+                 autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+                 response_prefix: str = ""):
+        self.model = model
+        self.autocast = autocast
+        self.response_prefix = response_prefix
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.rng = generator if generator is not None else torch.Generator().manual_seed(0)
+        self.pad_id = tokenizer.pad_token_id
+        eos = {tokenizer.eos_token_id}
+        config_eos = getattr(getattr(model, "config", None), "eos_token_id", None)
+        eos |= set(config_eos) if isinstance(config_eos, (list, tuple)) else {config_eos}
+        self.eos_ids = torch.tensor(sorted(i for i in eos if i is not None), dtype=torch.long)
+        self._stop_cache: dict[tuple[str, ...], torch.Tensor] = {}
+        self.tokens_generated = 0
+
+    # ------------------------------------------------------------------ prompts
+    def encode_prompt(self, messages: list[Message]) -> list[int]:
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        text += self.response_prefix
+        return self.tokenizer(text, add_special_tokens=False).input_ids
+
+    # ------------------------------------------------------------------ protocol
+    def generate(self, messages: Sequence[list[Message]], sampling: SamplingParams) -> list[GenerationOutput]:
+        prompts = [self.encode_prompt(m) for m in messages]
+        outputs: list[GenerationOutput] = []
+        for start in range(0, len(prompts), self.batch_size):
+            outputs.extend(self.generate_ids(prompts[start:start + self.batch_size], sampling))
+        return outputs
+
+    def generate_ids(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[GenerationOutput]:
+        """Decode a batch of tokenised prompts; returns outputs in input order."""
+        with torch.no_grad(), self.autocast():
+            return self._decode(prompts, sampling)
+
+    def _decode(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[GenerationOutput]:
+        bs = len(prompts)
+        if bs == 0:
+            return []
+        was_training = self.model.training
+        self.model.eval()
+        device = next(self.model.parameters()).device
+        p_len = max(len(p) for p in prompts)
+        input_ids = torch.full((bs, p_len), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((bs, p_len), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            input_ids[row, p_len - len(prompt):] = torch.as_tensor(prompt, dtype=torch.long)
+            attention[row, p_len - len(prompt):] = 1
+        positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
+        input_ids, attention, positions = input_ids.to(device), attention.to(device), positions.to(device)
+
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                         past_key_values=cache, use_cache=True)
+        logits = out.logits[:, -1, :]
+        next_position = positions[:, -1] + 1
+        alive = torch.arange(bs)  # original row of each row still in the cache
+        tokens: list[list[int]] = [[] for _ in range(bs)]
+        logps: list[list[float]] = [[] for _ in range(bs)]
+        stop_strings = tuple(sampling.stop or ())
+        stop_token_mask = self._stop_candidates(stop_strings)
+        eos_ids = self.eos_ids.to(device)
+        greedy = (not sampling.do_sample) or sampling.temperature <= 0
+        temperature = 1.0 if greedy else float(sampling.temperature)
+
+        for _ in range(sampling.max_new_tokens):
+            logp = F.log_softmax(logits.float() / temperature, dim=-1)
+            chosen = logp.argmax(dim=-1) if greedy else self._sample(logp, sampling)
+            chosen_logp = logp.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
+            chosen_cpu, chosen_logp_cpu = chosen.cpu().tolist(), chosen_logp.cpu().tolist()
+            for i, row in enumerate(alive.tolist()):
+                tokens[row].append(chosen_cpu[i])
+                logps[row].append(chosen_logp_cpu[i])
+            finished = torch.isin(chosen, eos_ids).cpu()
+            if stop_strings:
+                maybe = stop_token_mask[chosen.cpu()] & ~finished
+                for i in torch.nonzero(maybe).flatten().tolist():
+                    tail = self.tokenizer.decode(tokens[alive[i]][-8:], skip_special_tokens=True)
+                    finished[i] = any(s in tail for s in stop_strings)
+            self.tokens_generated += len(chosen_cpu)
+            keep = torch.nonzero(~finished).flatten()
+            if keep.numel() == 0:
+                break
+            if keep.numel() < alive.numel():
+                cache.batch_select_indices(keep.to(device))
+                alive, chosen = alive[keep], chosen[keep]
+                attention, next_position = attention[keep.to(device)], next_position[keep.to(device)]
+            attention = torch.cat([attention, attention.new_ones((attention.shape[0], 1))], dim=1)
+            out = self.model(input_ids=chosen.unsqueeze(-1).to(device), attention_mask=attention,
+                             position_ids=next_position.unsqueeze(-1), past_key_values=cache, use_cache=True)
+            logits = out.logits[:, -1, :]
+            next_position = next_position + 1
+
+        if was_training:
+            self.model.train()
+        return [
+            GenerationOutput(text=self.response_prefix + self.tokenizer.decode(tokens[row], skip_special_tokens=True),
+                             prompt_ids=list(prompts[row]), response_ids=tokens[row], logprobs=logps[row])
+            for row in range(bs)
+        ]
+
+    # ------------------------------------------------------------------ helpers
+    def _sample(self, logp: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
+        """Sample from softmax(logp) restricted by top-k / top-p. logp: (b, vocab) -> (b,)."""
+        filtered = logp
+        if sampling.top_k and sampling.top_k > 0:
+            kth = torch.topk(filtered, min(sampling.top_k, filtered.shape[-1]), dim=-1).values[:, -1:]
+            filtered = filtered.masked_fill(filtered < kth, float("-inf"))
+        if sampling.top_p < 1.0:
+            sorted_logp, order = torch.sort(filtered, descending=True, dim=-1)
+            cumulative = sorted_logp.softmax(dim=-1).cumsum(dim=-1)
+            # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
+            drop_sorted = (cumulative - sorted_logp.softmax(dim=-1)) >= sampling.top_p
+            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+            filtered = filtered.masked_fill(drop, float("-inf"))
+        probs = filtered.softmax(dim=-1).cpu()
+        return torch.multinomial(probs, 1, generator=self.rng).squeeze(-1).to(logp.device)
+
+    def _stop_candidates(self, stop_strings: tuple[str, ...]) -> torch.Tensor:
+        """(vocab,) bool: tokens whose text contains the last character of some stop string; only rows that
+        just produced such a token can have completed a stop string, so only those are decoded."""
+        if stop_strings not in self._stop_cache:
+            vocab = len(self.tokenizer)
+            last_chars = {s[-1] for s in stop_strings if s}
+            texts = self.tokenizer.batch_decode([[i] for i in range(vocab)])
+            mask = torch.tensor([any(c in t for c in last_chars) for t in texts], dtype=torch.bool)
+            size = max(vocab, int(getattr(self.model.config, "vocab_size", vocab)))
+            self._stop_cache[stop_strings] = F.pad(mask, (0, size - vocab))
+        return self._stop_cache[stop_strings]

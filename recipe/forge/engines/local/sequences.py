@@ -1,0 +1,92 @@
+"""Packing prompt/response token lists into model inputs, and the forward passes the update needs.
+
+Layout (verl's): prompts left-padded to P, responses right-padded to R, concatenated to (bs, P + R).
+Position ids count only real tokens, so a left-padded row sees the same positions as an unpadded one.
+The logits that predict response token j sit at column P - 1 + j.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class PackedSequences:
+    """Model inputs for a batch of (prompt, response) pairs.
+
+    Attributes:
+        input_ids: (bs, P + R) int64.
+        attention_mask: (bs, P + R) int64, 1 on real tokens.
+        position_ids: (bs, P + R) int64.
+        responses: (bs, R) int64 response tokens (pad after the end).
+        response_mask: (bs, R) float32, 1 on response tokens.
+        prompt_length: P.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    responses: torch.Tensor
+    response_mask: torch.Tensor
+    prompt_length: int
+
+    def to(self, device: torch.device) -> "PackedSequences":
+        return PackedSequences(self.input_ids.to(device), self.attention_mask.to(device), self.position_ids.to(device),
+                               self.responses.to(device), self.response_mask.to(device), self.prompt_length)
+
+    def select(self, rows: torch.Tensor) -> "PackedSequences":
+        return PackedSequences(self.input_ids[rows], self.attention_mask[rows], self.position_ids[rows],
+                               self.responses[rows], self.response_mask[rows], self.prompt_length)
+
+
+def pack(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int) -> PackedSequences:
+    """Left-pad prompts and right-pad responses into one (bs, P + R) batch."""
+    if len(prompts) != len(responses):
+        raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+    bs = len(prompts)
+    p_len = max((len(p) for p in prompts), default=0)
+    r_len = max(max((len(r) for r in responses), default=0), 1)
+    input_ids = torch.full((bs, p_len + r_len), pad_id, dtype=torch.long)
+    attention = torch.zeros((bs, p_len + r_len), dtype=torch.long)
+    for row, (prompt, response) in enumerate(zip(prompts, responses)):
+        input_ids[row, p_len - len(prompt):p_len] = torch.as_tensor(prompt, dtype=torch.long)
+        input_ids[row, p_len:p_len + len(response)] = torch.as_tensor(response, dtype=torch.long)
+        attention[row, p_len - len(prompt):p_len + len(response)] = 1
+    positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
+    responses_t = input_ids[:, p_len:]
+    response_mask = attention[:, p_len:].to(torch.float32)
+    return PackedSequences(input_ids, attention, positions, responses_t, response_mask, p_len)
+
+
+def response_logits(model: nn.Module, packed: PackedSequences) -> torch.Tensor:
+    """Logits predicting each response token: (bs, R, vocab), in the model's dtype."""
+    r = packed.responses.shape[1]
+    # Only the last R + 1 positions feed the LM head: its vocab-sized matmul is skipped for the prompt.
+    out = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
+                position_ids=packed.position_ids, use_cache=False, logits_to_keep=r + 1)
+    return out.logits[:, :r, :]
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log softmax(logits / T) gathered at ``tokens``.
+
+    Args:
+        logits: (bs, R, vocab).
+        tokens: (bs, R) int64.
+
+    Returns:
+        (bs, R) float32 log-probs.
+    """
+    scaled = logits.float() / temperature
+    return torch.gather(F.log_softmax(scaled, dim=-1), -1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Entropy of softmax(logits / T): (bs, R, vocab) -> (bs, R)."""
+    logp = F.log_softmax(logits.float() / temperature, dim=-1)
+    return -(logp.exp() * logp).sum(dim=-1)

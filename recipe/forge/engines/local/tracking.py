@@ -1,0 +1,69 @@
+"""Per-iteration metrics to the console, a JSONL file, TensorBoard and Weights & Biases.
+
+The JSONL file (``<output_dir>/metrics.jsonl``, one object per iteration with ``"iteration"``) is always
+written: scripts/plot_training.py reads it. TensorBoard and W&B are used when listed in ``trainer.logger``;
+W&B only when the ``wandb`` package is installed (otherwise a warning, not a crash).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+CONSOLE_KEYS = ("success_rate", "episode_reward/mean", "valid_action_ratio", "episode_length/mean",
+                "actor/pg_loss", "forge/library_total_size", "val/success_rate", "val_no_library/success_rate",
+                "timing/iteration_s")
+
+
+class MetricsTracker:
+    def __init__(self, output_dir: str | Path, loggers: list[str], project: str, experiment: str,
+                 config: dict[str, Any] | None = None, resume: bool = False):
+        self.path = Path(output_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not resume and self.path.exists():
+            self.path.unlink()
+        self.console = "console" in loggers
+        self.tensorboard = None
+        self.wandb = None
+        if "tensorboard" in loggers:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tensorboard = SummaryWriter(str(Path(output_dir) / "tensorboard"))
+        if "wandb" in loggers:
+            try:
+                import wandb
+            except ImportError:
+                warnings.warn("trainer.logger lists wandb but the wandb package is not installed; skipping it")
+            else:
+                self.wandb = wandb.init(project=project, name=experiment, config=config, resume="allow")
+
+    def truncate_after(self, iteration: int) -> None:
+        """On resume: drop JSONL lines of iterations after the checkpoint (they will be rerun)."""
+        if not self.path.exists():
+            return
+        kept = [line for line in self.path.read_text().splitlines()
+                if line.strip() and json.loads(line).get("iteration", -1) <= iteration]
+        self.path.write_text("".join(line + "\n" for line in kept))
+
+    def log(self, iteration: int, metrics: dict[str, float]) -> None:
+        clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(float(v))}
+        with self.path.open("a") as handle:
+            handle.write(json.dumps({"iteration": iteration, **clean}, sort_keys=True) + "\n")
+        if self.console:
+            shown = "  ".join(f"{k}={clean[k]:.4g}" for k in CONSOLE_KEYS if k in clean)
+            print(f"[iter {iteration}] {shown}", flush=True)
+        if self.tensorboard is not None:
+            for key, value in clean.items():
+                self.tensorboard.add_scalar(key, value, iteration)
+            self.tensorboard.flush()
+        if self.wandb is not None:
+            self.wandb.log(clean, step=iteration)
+
+    def close(self) -> None:
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+        if self.wandb is not None:
+            self.wandb.finish()

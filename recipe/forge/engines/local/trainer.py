@@ -1,0 +1,310 @@
+"""The embedded SLEA-RL trainer: one process, CPU or one GPU.
+
+One iteration (ARCHITECTURE.md, "Data through one training iteration"):
+
+1. rollout of B tasks x G environments through the TrajectoryCollector with the batched HF generator; the
+   experience system clusters every step and (after warm-up) injects experiences;
+2. step samples -> tensors; reference log-probs (KL loss), critic values (GAE), advantages;
+3. PPO-family update with verl's losses (+ self-distillation against the library-as-teacher context);
+4. library evolution from the batch's trajectories; metrics; validation and checkpoints on schedule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
+
+from agent_system.multi_turn_rollout.protocols import SamplingParams
+from recipe.forge.config_schema import ValidatedConfig
+from recipe.forge.distillation import distillation_weight
+from recipe.forge.engines.local.advantages import NEEDS_SUM_PI_SQUARED, check_estimator, compute_advantages
+from recipe.forge.engines.local.batch import StepBatch, build_step_batch
+from recipe.forge.engines.local.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from recipe.forge.engines.local.generation import HFGenerator
+from recipe.forge.engines.local.model_loading import Policy, PolicyConfig, build_policy
+from recipe.forge.engines.local.sequences import pack
+from recipe.forge.engines.local.settings import EngineSettings, engine_settings
+from recipe.forge.engines.local.timing import PhaseTimer, TimedProvider
+from recipe.forge.engines.local.tracking import MetricsTracker
+from recipe.forge.engines.local.update import DistillationInputs, LossSettings, PolicyUpdater, ValueModel
+
+STOP = ("</action>",)
+
+
+@dataclass
+class Components:
+    """Pre-built pieces a caller (tests, benchmarks) may pass instead of loading them from the config."""
+
+    policy: Policy | None = None
+    critic_backbone: torch.nn.Module | None = None
+
+
+def resolve_device(choice: str) -> torch.device:
+    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+class LocalTrainer:
+    def __init__(self, cfg: DictConfig, validated: ValidatedConfig, components: Components | None = None):
+        from agent_system.environments import make_envs
+        from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
+
+        self.cfg = cfg
+        self.algorithm = validated.algorithm
+        self.settings: EngineSettings = engine_settings(cfg)
+        check_estimator(self.algorithm.adv_estimator)
+        s = self.settings
+        components = components or Components()
+        if s.local.num_threads:
+            torch.set_num_threads(s.local.num_threads)
+        seed_everything(s.seed)
+        self.device = resolve_device(s.local.device)
+        self.output_dir = Path(s.output_dir)
+
+        self.policy = components.policy or build_policy(PolicyConfig(
+            path=s.model_path, lora_rank=s.lora_rank, lora_alpha=s.lora_alpha, target_modules=s.target_modules,
+            enable_gradient_checkpointing=s.gradient_checkpointing, use_reference=s.use_kl_loss))
+        self.policy.model.to(self.device)
+        if self.policy._reference is not None:
+            self.policy._reference.to(self.device)
+        self.tokenizer = self.policy.tokenizer
+        self.sample_rng = torch.Generator().manual_seed(s.seed)
+        self.shuffle_rng = np.random.default_rng(s.seed)
+        self.generator = HFGenerator(self.policy.model, self.tokenizer, s.local.generation_batch_size,
+                                     self.sample_rng, autocast=self.autocast,
+                                     response_prefix=s.local.response_prefix)
+        self.train_envs, self.val_envs = make_envs(cfg)
+        self.collector = TrajectoryCollector(dynamic_sampling=s.filter_groups,
+                                             max_num_gen_batches=max(1, s.max_num_gen_batches),
+                                             progress=s.local.progress)
+
+        self.experience = None
+        if self.algorithm.adv_estimator == "forge":
+            from recipe.forge.experience import ExperienceSystem
+
+            llm = self._policy_llm if self.algorithm.forge.extractor == "llm" else None
+            self.experience = ExperienceSystem.from_config(self.algorithm.forge, tokenizer=self.tokenizer, llm=llm)
+
+        self.optimizer = torch.optim.AdamW(self.policy.trainable_parameters(), lr=s.lr, betas=s.betas,
+                                           weight_decay=s.weight_decay)
+        self.critic, self.critic_optimizer = None, None
+        if s.use_critic:
+            self.critic = ValueModel(self._critic_backbone(components), self.policy.model.config.hidden_size)
+            self.critic.to(self.device)
+            self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=s.critic_lr)
+        actor = OmegaConf.select(cfg, "actor_rollout_ref.actor", default={}) or {}
+        policy_loss_extra = {k: v for k, v in (OmegaConf.to_container(actor.get("policy_loss", {}), resolve=True)
+                                               or {}).items() if k not in ("_target_", "loss_mode", "rollout_correction")}
+        self.updater = PolicyUpdater(
+            self.policy.model, self.optimizer,
+            LossSettings(loss_mode=s.loss_mode, loss_agg_mode=s.loss_agg_mode, clip_ratio=actor.get("clip_ratio", 0.2),
+                         clip_ratio_low=actor.get("clip_ratio_low"), clip_ratio_high=actor.get("clip_ratio_high"),
+                         clip_ratio_c=actor.get("clip_ratio_c", 3.0), entropy_coeff=s.entropy_coeff,
+                         use_kl_loss=s.use_kl_loss, kl_loss_coef=s.kl_loss_coef, kl_loss_type=s.kl_loss_type,
+                         mini_batch_size=s.mini_batch_size, micro_batch_size=s.micro_batch_size,
+                         ppo_epochs=s.ppo_epochs, shuffle=s.shuffle, grad_clip=s.grad_clip,
+                         temperature=s.temperature, cliprange_value=s.cliprange_value,
+                         policy_loss_extra=policy_loss_extra),
+            autocast=self.autocast, critic=self.critic, critic_optimizer=self.critic_optimizer, rng=self.shuffle_rng,
+        )
+        self.iteration = 0
+        self.tracker: MetricsTracker | None = None
+
+    # ------------------------------------------------------------------ helpers
+    def autocast(self):
+        if self.settings.local.compute_dtype == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _critic_backbone(self, components: Components) -> torch.nn.Module:
+        if components.critic_backbone is not None:
+            return components.critic_backbone
+        from transformers import AutoModel
+
+        from recipe.forge.engines.local.model_loading import resolve_model_path
+
+        path = OmegaConf.select(self.cfg, "critic.model.path", default=None) or self.settings.model_path
+        if str(path).startswith("~/models/"):  # verl's placeholder default: use the actor's model
+            path = self.settings.model_path
+        return AutoModel.from_pretrained(resolve_model_path(str(path)))
+
+    def _policy_llm(self, prompt: str) -> str:
+        """The LLM extractor's model: the policy itself, greedy."""
+        out = self.generator.generate([[{"role": "user", "content": prompt}]],
+                                      SamplingParams(temperature=0.0, do_sample=False, max_new_tokens=256, stop=()))
+        return out[0].text
+
+    def _rng_handles(self) -> dict[str, Any]:
+        handles: dict[str, Any] = {"sampler": self.sample_rng, "shuffle": self.shuffle_rng}
+        env_rng = getattr(self.train_envs, "_train_rng", None)
+        if env_rng is not None:
+            handles["env_tasks"] = env_rng
+        return handles
+
+    def sampling(self, validation: bool = False) -> SamplingParams:
+        s = self.settings
+        if validation:
+            return SamplingParams(temperature=s.val_temperature, top_p=1.0, top_k=-1,
+                                  max_new_tokens=s.max_new_tokens, stop=STOP, do_sample=s.val_temperature > 0)
+        return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                              max_new_tokens=s.max_new_tokens, stop=STOP)
+
+    # ------------------------------------------------------------------ one iteration
+    def train_iteration(self, iteration: int) -> dict[str, float]:
+        s = self.settings
+        timer = PhaseTimer()
+        provider = None
+        if self.experience is not None:
+            self.experience.begin_iteration(iteration)
+            provider = TimedProvider(self.experience.provider, timer, "forge_retrieval")
+        with timer.phase("rollout"):
+            self.generator.tokens_generated = 0
+            rollout = self.collector.collect(self.train_envs, self.generator, self.sampling(),
+                                             experience_provider=provider)
+            generated = self.generator.tokens_generated
+        timer.exclude("rollout", "forge_retrieval")
+        with timer.phase("prepare"):
+            batch = build_step_batch(rollout, self.tokenizer.pad_token_id, self.algorithm.gamma,
+                                     self.algorithm.invalid_action_penalty_coef)
+            old_log_probs = batch.old_log_probs
+            needs_pi2 = self.algorithm.adv_estimator in NEEDS_SUM_PI_SQUARED
+            sum_pi_squared = None
+            if s.local.recompute_old_log_probs or needs_pi2:
+                result = self.updater.log_probs(self.policy.model, batch.packed, with_sum_pi_squared=needs_pi2)
+                old_log_probs, sum_pi_squared = result if needs_pi2 else (result, None)
+            ref_log_probs = None
+            if s.use_kl_loss:
+                with self.policy.reference_context():
+                    ref_log_probs = self.updater.log_probs(self.policy.reference_model(), batch.packed)
+            values = self.updater.values(batch.packed) if self.critic is not None else None
+        with timer.phase("forge_advantage"):
+            advantages, returns = compute_advantages(batch, self.algorithm, values=values,
+                                                     sum_pi_squared=sum_pi_squared)
+        distill = self._distillation_inputs(batch)
+        with timer.phase("update"):
+            update_metrics = self.updater.update(batch, advantages, old_log_probs, ref_log_probs,
+                                                 returns=returns, old_values=values, distill=distill)
+        metrics: dict[str, float] = dict(rollout.metrics)
+        metrics.update(update_metrics)
+        if self.experience is not None:
+            with timer.phase("forge_evolution"):
+                metrics.update(self.experience.evolve(rollout.trajectories, iteration))
+        metrics.update(self._batch_metrics(batch, rollout, advantages, generated))
+        if distill is not None:
+            metrics["distill/weight"] = distill.weight
+            metrics["distill/rows"] = float(len(distill.rows))
+        metrics.update(timer.metrics())
+        return metrics
+
+    def _batch_metrics(self, batch: StepBatch, rollout, advantages: torch.Tensor, generated: int) -> dict[str, float]:
+        mask = batch.response_mask
+        rewards = np.array([t.episode_reward for t in rollout.trajectories], dtype=np.float64)
+        step_adv = advantages.sum(-1) / mask.sum(-1).clamp(min=1)
+        return {
+            "forge/reward_mean": float(rewards.mean()),
+            "forge/reward_std": float(rewards.std()),
+            "forge/positive_ratio": float((step_adv > 0).float().mean()),
+            "tokens/response_mean": float(mask.sum(-1).mean()),
+            "tokens/prompt_mean": float(batch.packed.attention_mask[:, :batch.packed.prompt_length].sum(-1).float().mean()),
+            "tokens/generated": float(generated),
+            "batch/num_samples": float(len(batch)),
+        }
+
+    def _distillation_inputs(self, batch: StepBatch) -> DistillationInputs | None:
+        forge = self.algorithm.forge
+        if self.experience is None or not forge.use_distillation:
+            return None
+        rows = [i for i, r in enumerate(batch.records) if r.messages != r.plain_messages]
+        capacity = 3 * (forge.golden_capacity_per_level + forge.warning_capacity_per_level)
+        weight = distillation_weight(len(self.experience.library), capacity, forge.max_distill_weight)
+        if not rows or weight == 0.0:
+            return None
+        records = [batch.records[i] for i in rows]
+        responses = [r.response_ids for r in records]
+        pad = self.tokenizer.pad_token_id
+        plain = pack([self.generator.encode_prompt(r.plain_messages) for r in records], responses, pad)
+        privileged = pack([r.prompt_ids for r in records], responses, pad)
+        return DistillationInputs(torch.as_tensor(rows), plain, privileged, weight,
+                                  forge.divergence_type, forge.distill_temperature)
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> dict[str, float]:
+        """Held-out seeds at the validation temperature, with the library (forge) and without it."""
+        metrics: dict[str, float] = {}
+        runs = [("val", None)]
+        if self.experience is not None:
+            from recipe.forge.experience import ExperienceSystem
+
+            # A read-only copy: validation observations must not found clusters in the training index.
+            view = ExperienceSystem.from_snapshot(self.experience.snapshot(), tokenizer=self.tokenizer)
+            runs = [("val", view.provider), ("val_no_library", None)]
+        for prefix, provider in runs:
+            batch = self.collector.collect(self.val_envs, self.generator, self.sampling(validation=True),
+                                           experience_provider=provider, dynamic_sampling=False)
+            metrics.update({f"{prefix}/{k}": v for k, v in batch.metrics.items()})
+        return metrics
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, iteration: int) -> Path:
+        return save_checkpoint(self.output_dir, iteration, policy=self.policy, optimizer=self.optimizer,
+                               rng=self._rng_handles(), critic=self.critic, critic_optimizer=self.critic_optimizer,
+                               experience=self.experience)
+
+    def resume(self) -> int:
+        """Iterations already done according to the resume mode (0 when starting fresh)."""
+        s = self.settings
+        if s.resume_mode == "disable":
+            return 0
+        path = Path(s.resume_from_path) if s.resume_mode == "resume_path" else latest_checkpoint(self.output_dir)
+        if path is None:
+            return 0
+        state = load_checkpoint(path, policy=self.policy, optimizer=self.optimizer, rng=self._rng_handles(),
+                                critic=self.critic, critic_optimizer=self.critic_optimizer,
+                                experience=self.experience)
+        print(f"resumed from {path} at iteration {state['iteration']}", flush=True)
+        return int(state["iteration"])
+
+    # ------------------------------------------------------------------ loop
+    def fit(self) -> list[dict[str, float]]:
+        """Train to ``trainer.total_training_steps`` iterations; returns the logged metrics of this process."""
+        s = self.settings
+        start = self.resume()
+        self.tracker = MetricsTracker(self.output_dir, s.loggers, s.project_name, s.experiment_name,
+                                      OmegaConf.to_container(self.cfg, resolve=False), resume=start > 0)
+        self.tracker.truncate_after(start)
+        history = []
+        if start == 0 and s.val_before_train and s.test_freq > 0:
+            history.append({"iteration": 0, **self.validate()})
+            self.tracker.log(0, history[-1])
+        bar = tqdm(range(start, s.total_iterations), desc="SLEA-RL iterations", initial=start,
+                   total=s.total_iterations, disable=not s.local.progress)
+        for iteration in bar:
+            started = time.perf_counter()
+            metrics = self.train_iteration(iteration)
+            done = iteration + 1
+            if s.test_freq > 0 and (done % s.test_freq == 0 or done == s.total_iterations):
+                metrics.update(self.validate())
+            metrics["timing/iteration_s"] = time.perf_counter() - started
+            self.tracker.log(done, metrics)
+            history.append({"iteration": done, **metrics})
+            if s.save_freq > 0 and (done % s.save_freq == 0 or done == s.total_iterations):
+                self.save(done)
+            self.iteration = done
+        self.tracker.close()
+        return history

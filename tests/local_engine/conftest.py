@@ -1,0 +1,125 @@
+"""Fixtures for the embedded engine's tests: the SmolLM2 tokenizer (local conversion, no download), tiny
+random Llama models built from configs, and composed run configs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "recipe" / "forge" / "config")
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    from recipe.forge.engines.local.model_loading import load_tokenizer
+
+    return load_tokenizer("smollm2-135m-instruct")
+
+
+def tiny_llama(tokenizer, seed: int = 0, layers: int = 2):
+    """A 2-layer random Llama with SmolLM2's vocabulary (about 3.3M parameters, mostly embeddings)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                         tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
+                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
+    return LlamaForCausalLM(config)
+
+
+def answering_llama(tokenizer, seed: int = 0, strength: float = 20.0):
+    """A tiny Llama whose weights are set so that it answers "<action>+</action>" or "<action>-</action>"
+    about two times in three and ends early (invalid) otherwise, at temperature 1.
+
+    The attention and MLP output projections are zero, so every layer passes the token embedding through and
+    the next-token logits depend on the current token only; the untied LM head then encodes the bigram
+    chain below. Rollouts with it hold valid and invalid actions and unequal rewards (a learning signal),
+    and training changes every weight from there.
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                         tie_word_embeddings=False, pad_token_id=tokenizer.pad_token_id,
+                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
+    model = LlamaForCausalLM(config)
+    ids = lambda text: tokenizer(text, add_special_tokens=False).input_ids  # noqa: E731
+    lt, action, gt, plus, minus, close = (ids(t)[0] for t in ("<", "action", ">", "+", "-", "</"))
+    newline = ids("assistant\n")[-1]
+    chain = {newline: [lt], lt: [action], action: [gt], gt: [plus, minus, tokenizer.eos_token_id],
+             plus: [close], minus: [close], close: [action]}
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        emb = model.model.embed_tokens.weight
+        unit = emb / emb.norm(dim=-1, keepdim=True)
+        model.lm_head.weight.zero_()
+        for current, nexts in chain.items():
+            for nxt in nexts:
+                model.lm_head.weight[nxt] += strength * unit[current] / config.hidden_size**0.5
+    return model
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        return hydra_compose(config_name="forge_trainer", overrides=overrides)
+
+
+def tiny_run_overrides(output_dir: str | os.PathLike, estimator: str = "forge", iterations: int = 1) -> list[str]:
+    """A NumberLine run small enough for a unit test (2 tasks x 2 copies, at most 3 steps)."""
+    return [
+        "env.env_name=gym_cards/NumberLine-v0", "env.gym_cards.target_max=3", "env.max_steps=3",
+        "env.rollout.n=2", "env.history_length=0", "data.train_batch_size=2", "data.val_batch_size=1",
+        f"algorithm.adv_estimator={estimator}", f"trainer.total_training_steps={iterations}",
+        "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.val_before_train=false",
+        "actor_rollout_ref.rollout.response_length=8", "actor_rollout_ref.actor.optim.lr=1e-3",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "actor_rollout_ref.actor.use_kl_loss=true",
+        "trainer.local.progress=false", "trainer.logger=[jsonl]", f"trainer.default_local_dir={output_dir}",
+        f"algorithm.forge.checkpoint_dir={output_dir}/library", "algorithm.forge.warmup_iterations=0",
+        "algorithm.forge.min_library_size=0",
+    ]
+
+
+NUMBERLINE_PROMPTS = [
+    f"Move the current position to the target position on the number line.\n\nCurrent state:\nTarget: {t}\nCurrent: {c}"
+    for t in range(4) for c in range(4) if t != c
+]
+
+
+@pytest.fixture
+def taught_policy(tokenizer):
+    """A tiny policy (with a frozen reference copy) that emits valid actions part of the time."""
+    from recipe.forge.engines.local.model_loading import PolicyConfig, build_policy
+
+    model = answering_llama(tokenizer)
+    return build_policy(PolicyConfig(path="tiny", use_reference=True), model=model, tokenizer=tokenizer)
+
+
+@pytest.fixture
+def make_tiny(tokenizer):
+    """``make_tiny(seed=0, taught=True) -> model``: a tiny random Llama, or (taught) one that answers in the
+    action format part of the time."""
+
+    def factory(seed: int = 0, taught: bool = True):
+        return answering_llama(tokenizer, seed) if taught else tiny_llama(tokenizer, seed)
+
+    return factory
+
+
+@pytest.fixture
+def compose_cfg():
+    return compose
+
+
+@pytest.fixture
+def run_overrides():
+    return tiny_run_overrides
