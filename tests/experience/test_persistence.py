@@ -36,6 +36,22 @@ def test_round_trip_and_exact_resume(cfg, tmp_path, iterate):
     assert any(o.text for outs in outputs_resumed for o in outs)  # the check covers injected text, not only empty messages
 
 
+def test_resume_rejects_a_different_clustering_and_applies_new_capacities(cfg, tmp_path, iterate):
+    system = _system(cfg)
+    for i in range(3):
+        iterate(system, i, seed=60 + i)
+    system.save(tmp_path)
+    with pytest.raises(CheckpointError, match="obs_similarity_threshold=0.85; the config says"):
+        ExperienceSystem.from_checkpoint(tmp_path, cfg(obs_similarity_threshold=0.9))
+    with pytest.raises(CheckpointError, match="enable_clustering=True"):
+        ExperienceSystem.from_checkpoint(tmp_path, cfg(enable_clustering=False))
+    small = ExperienceSystem.from_checkpoint(tmp_path, cfg(golden_capacity_per_level=1, warning_capacity_per_level=1,
+                                                           top_k_golden=1, top_k_warning=1))
+    assert all(len(ids) <= 1 for ids in small.library.levels.values()) and len(small.library) > 0
+    best = max(system.library.level_entries("golden", "method"), key=lambda e: e.rank_key())
+    assert [e.entry_id for e in small.library.level_entries("golden", "method")] == [best.entry_id]
+
+
 def test_evolve_saves_every_library_save_freq(cfg, tmp_path, iterate):
     system = ExperienceSystem.from_config(cfg(library_save_freq=2, checkpoint_dir=str(tmp_path / "ck")))
     iterate(system, 0, seed=1)

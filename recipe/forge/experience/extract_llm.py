@@ -15,7 +15,7 @@ import re
 from typing import Any, Callable, Sequence
 
 from agent_system.multi_turn_rollout.protocols import TrajectoryRecord
-from recipe.forge.experience.extract_rule import _quote
+from recipe.forge.experience.extract_rule import shorten
 from recipe.forge.experience.library import GOLDEN, LEVELS, WARNING, Candidate
 
 LLM = Callable[[str], str]
@@ -55,7 +55,7 @@ _LINE = re.compile(r"^\s*(?:[-*\d.)]+\s*)?\**\"?(\w+)\"?\**\s*[:\-]\s*(.+?)\s*$"
 def format_steps(traj: TrajectoryRecord) -> str:
     steps = traj.steps[-MAX_STEPS_SHOWN:]
     lines = [
-        f"{s.step}. {_quote(s.anchor_obs, 200)} -> {_quote(s.action, 100)}{'' if s.is_action_valid else ' [invalid]'}"
+        f"{s.step}. {shorten(s.anchor_obs, 200)} -> {shorten(s.action, 100)}{'' if s.is_action_valid else ' [invalid]'}"
         for s in steps
     ]
     return "\n".join(lines) if lines else "(no steps)"

@@ -28,7 +28,8 @@ MAX_PLAN_ACTIONS = 12
 MAX_QUOTE = 160
 
 
-def _quote(text: str, limit: int = MAX_QUOTE) -> str:
+def shorten(text: str, limit: int = MAX_QUOTE) -> str:
+    """``text`` on one line, cut to ``limit`` characters with an ellipsis."""
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3].rstrip() + "..."
 
@@ -91,10 +92,10 @@ class RuleExtractor:
         return [
             _candidate(traj, GOLDEN, "principle", f"For {_kind(traj)}, a plan of this shape succeeded: "
                        f"{' -> '.join(verbs)}.", score, first),
-            _candidate(traj, GOLDEN, "method", f"To {_quote(traj.task, 120)}: {_plan(traj.steps)} "
+            _candidate(traj, GOLDEN, "method", f"To {shorten(traj.task, 120)}: {_plan(traj.steps)} "
                        f"(solved in {len(traj.steps)} steps).", score, first),
-            _candidate(traj, GOLDEN, "example", f"At \"{_quote(decisive.anchor_obs)}\", the action "
-                       f"\"{_quote(decisive.action, 80)}\" moved the task forward.", score, decisive),
+            _candidate(traj, GOLDEN, "example", f"At \"{shorten(decisive.anchor_obs)}\", the action "
+                       f"\"{shorten(decisive.action, 80)}\" moved the task forward.", score, decisive),
         ]
 
     def warning(self, traj: TrajectoryRecord, threshold: float) -> list[Candidate]:
@@ -104,7 +105,7 @@ class RuleExtractor:
         steps = traj.steps
         invalid = [s for s in steps if not s.is_action_valid]
         if invalid:
-            sample = _quote(invalid[0].response_text or invalid[0].action, 80)
+            sample = shorten(invalid[0].response_text or invalid[0].action, 80)
             mistake = (f"{len(invalid)} of {len(steps)} actions were invalid (e.g. \"{sample}\"): answer with one "
                        "admissible action in the required format.")
             mistake_step = invalid[0]
@@ -116,15 +117,15 @@ class RuleExtractor:
         repeated, times = counts.most_common(1)[0] if counts else ("", 0)
         loop_step = next((s for s in steps if " ".join(s.action.split()) == repeated), steps[0])
         if times >= 2:
-            pattern = (f"Repeating \"{_quote(repeated, 80)}\" ({times} times in {len(steps)} steps) made no "
+            pattern = (f"Repeating \"{shorten(repeated, 80)}\" ({times} times in {len(steps)} steps) made no "
                        "progress: after one try, choose a different action.")
         else:
             verb, n = Counter(a.split()[0].lower() for a in actions).most_common(1)[0] if actions else ("act", 0)
             pattern = f"Spending {n} of {len(steps)} steps on \"{verb}\" actions did not reach the goal."
         last = steps[-1]
-        diagnostic = (f"Failed \"{_quote(traj.task, 100)}\" after {len(steps)} steps (return "
-                      f"{traj.episode_reward:g}): the last action \"{_quote(last.action, 80)}\" at "
-                      f"\"{_quote(last.anchor_obs)}\" led nowhere.")
+        diagnostic = (f"Failed \"{shorten(traj.task, 100)}\" after {len(steps)} steps (return "
+                      f"{traj.episode_reward:g}): the last action \"{shorten(last.action, 80)}\" at "
+                      f"\"{shorten(last.anchor_obs)}\" led nowhere.")
         return [
             _candidate(traj, WARNING, "mistake", mistake, score, mistake_step),
             _candidate(traj, WARNING, "pattern", pattern, score, loop_step),

@@ -271,6 +271,8 @@ class ExperienceLibrary:
     ) -> "ExperienceLibrary":
         library = cls(state["golden_capacity"], state["warning_capacity"], state["novelty_threshold"], embed, lsh)
         library.next_id = int(state["next_id"])
+        if embed is not None:  # one batched call fills the embedder's cache for the per-entry lookups below
+            embed([raw["text"] for raw in state["entries"]])
         for raw in state["entries"]:
             library._store(ExperienceEntry(**{**raw, "cluster_ids": list(raw["cluster_ids"])}))
         return library

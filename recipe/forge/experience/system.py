@@ -34,7 +34,7 @@ from recipe.forge.experience.metrics import RetrievalStats, injection_stats, ste
 from recipe.forge.experience.render import ExperienceRenderer
 from recipe.forge.experience.retrieval import Retriever, gates_open
 from recipe.forge.experience.similarity import LSHParams
-from recipe.forge.experience.store import load_payload, save_payload
+from recipe.forge.experience.store import CheckpointError, load_payload, save_payload
 
 CONFIG_KEYS = (
     "golden_capacity_per_level", "warning_capacity_per_level", "use_embeddings", "embedding_model",
@@ -68,7 +68,7 @@ class LibrarySnapshot:
     index: dict[str, Any]
 
 
-class ExperienceProviderImpl:
+class SystemProvider:
     """Implements ``agent_system.multi_turn_rollout.protocols.ExperienceProvider`` for an ExperienceSystem."""
 
     def __init__(self, system: "ExperienceSystem"):
@@ -79,6 +79,8 @@ class ExperienceProviderImpl:
 
 
 class ExperienceSystem:
+    """Library, observation index, retriever, renderer and extractor built from one forge config section."""
+
     def __init__(self, cfg: Any, tokenizer: Any | None = None, llm: Callable[[str], str] | None = None,
                  embedder: Callable | None = None, lsh: LSHParams | None = None, view: bool = False):
         self.cfg = config_dict(cfg)
@@ -108,7 +110,7 @@ class ExperienceSystem:
         self.version = 0
         self.stats = RetrievalStats()
         self.totals = {"strategies_added": 0, "warnings_added": 0, "merged": 0, "rejected": 0, "pruned": 0}
-        self.provider = ExperienceProviderImpl(self)
+        self.provider = SystemProvider(self)
 
     @classmethod
     def from_config(cls, forge_cfg: Any, tokenizer: Any | None = None, llm: Callable[[str], str] | None = None,
@@ -222,9 +224,20 @@ class ExperienceSystem:
         return save_payload(directory, self.state())
 
     def _restore(self, payload: dict[str, Any]) -> None:
+        saved = payload["index"]
+        if bool(saved["exact"]) != (not self.cfg["enable_clustering"]) or (
+            not saved["exact"] and saved["threshold"] != self.cfg["obs_similarity_threshold"]
+        ):
+            raise CheckpointError(
+                f"the checkpoint's clusters were built with enable_clustering={not saved['exact']}, "
+                f"obs_similarity_threshold={saved['threshold']}; the config says "
+                f"enable_clustering={self.cfg['enable_clustering']}, "
+                f"obs_similarity_threshold={self.cfg['obs_similarity_threshold']}"
+            )
         self.library = ExperienceLibrary.from_state(payload["library"], self.embedder, self.lsh)
         self.library.capacity = {GOLDEN: self.cfg["golden_capacity_per_level"],
                                  WARNING: self.cfg["warning_capacity_per_level"]}
+        self.library.novelty_threshold = float(self.cfg["novelty_threshold"])
         self.library.prune()  # a smaller configured capacity than the saved one applies on resume
         self.index = ObservationIndex.from_state(payload["index"], self.lsh)
         self.index.max_clusters = self.cfg["max_clusters"]
