@@ -18,7 +18,7 @@ can only find a shorter common subsequence, so ``sim >= difflib ratio``. It is t
    ``bands`` coarse keys (``rows`` values each) and ``bands`` fine keys (two adjacent bands, ``2 * rows``
    values); strings sharing a key are candidates. Per band, a coarse bucket is read whole while it holds at
    most ``bucket_cap`` strings; beyond that (strings of a common template) the fine bucket is read instead, at
-   most its ``bucket_cap`` newest members. This bounds the work per query independently of the index size.
+   most its ``bucket_cap`` newest members. Fine entries exist only for members of overflowing coarse buckets. This bounds the work per query independently of the index size.
    Buckets keep all members in insertion order, so answers depend only on the current contents and their
    order, not on the history of removals: an index rebuilt from a checkpoint answers exactly like the saved one;
 3. a length filter (``sim >= t`` needs ``t / (2 - t) <= |a| / |b| <= (2 - t) / t``), then the
@@ -103,8 +103,41 @@ class MinHasher:
         permuted += self._add
         signature = permuted.min(axis=1).astype(np.uint64).reshape(self.params.bands, self.params.rows)
         coarse = (signature * self._combine).sum(axis=1)  # uint64 arithmetic wraps: a hash of the band
-        fine = coarse * np.uint64(0x9E3779B97F4A7C15) + np.roll(coarse, -1)
-        return coarse.tolist(), fine.tolist()
+        return coarse.tolist(), self.fine_keys(coarse).tolist()
+
+    @staticmethod
+    def fine_keys(coarse: np.ndarray) -> np.ndarray:
+        """(bands,) uint64 fine keys from the (bands,) uint64 coarse keys."""
+        return coarse * np.uint64(0x9E3779B97F4A7C15) + np.roll(coarse, -1)
+
+
+def _push(table: dict[int, int | list[int]], key: int, item_id: int) -> int:
+    """Append ``item_id`` to the bucket ``key``; returns the bucket's new size."""
+    bucket = table.get(key)
+    if bucket is None:
+        table[key] = item_id
+        return 1
+    if type(bucket) is int:
+        table[key] = [bucket, item_id]
+        return 2
+    bucket.append(item_id)
+    return len(bucket)
+
+
+def _pull(table: dict[int, int | list[int]], key: int, item_id: int) -> int:
+    """Remove ``item_id`` from the bucket ``key``; returns the bucket's new size."""
+    bucket = table[key]
+    if type(bucket) is int:
+        del table[key]
+        return 0
+    bucket.remove(item_id)
+    if len(bucket) == 1:
+        table[key] = bucket[0]
+    return len(bucket)
+
+
+def _members(bucket: int | list[int]) -> list[int]:
+    return [bucket] if type(bucket) is int else list(bucket)
 
 
 class NearDuplicateIndex:
@@ -118,8 +151,10 @@ class NearDuplicateIndex:
         self._text: dict[int, str] = {}
         self._len: dict[int, int] = {}
         self._exact: dict[str, list[int]] = {}
+        self._coarse: dict[int, bytes] = {}  # id -> its coarse keys (bands uint64), to place it in fine tables later
         # per band: key -> member id, or a list of member ids in insertion order once a bucket has several (most
-        # buckets hold one string: a bare int keeps them small). Coarse tables first, then fine tables.
+        # buckets hold one string: a bare int keeps them small). Coarse tables first, then fine tables; a string
+        # has a fine entry in band b only while its coarse bucket there holds more than bucket_cap strings.
         self._tables: list[dict[int, int | list[int]]] = [{} for _ in range(2 * self.params.bands)]
 
     def __len__(self) -> int:
@@ -134,10 +169,6 @@ class NearDuplicateIndex:
     def ids(self) -> Iterable[int]:
         return self._text.keys()
 
-    def _keys(self, text: str) -> list[int]:
-        coarse, fine = self._hasher.band_keys(text)
-        return coarse + fine
-
     def add(self, item_id: int, text: str) -> None:
         if item_id in self._text:
             raise KeyError(f"id {item_id} is already in the index")
@@ -146,32 +177,40 @@ class NearDuplicateIndex:
         self._exact.setdefault(text, []).append(item_id)
         if self.exact_only:
             return
-        for table, key in zip(self._tables, self._keys(text)):
-            bucket = table.get(key)
-            if bucket is None:
-                table[key] = item_id
-            elif type(bucket) is int:
-                table[key] = [bucket, item_id]
-            else:
-                bucket.append(item_id)
+        bands, cap = self.params.bands, self.params.bucket_cap
+        coarse, fine = self._hasher.band_keys(text)
+        self._coarse[item_id] = np.array(coarse, dtype=np.uint64).tobytes()
+        for b in range(bands):
+            size = _push(self._tables[b], coarse[b], item_id)
+            if size == cap + 1:  # the coarse bucket just overflowed: its members get fine entries
+                for member in _members(self._tables[b][coarse[b]]):
+                    _push(self._tables[bands + b], self._fine_key(member, b), member)
+            elif size > cap + 1:
+                _push(self._tables[bands + b], fine[b], item_id)
 
     def remove(self, item_id: int) -> None:
-        text = self._text.pop(item_id)
-        del self._len[item_id]
+        text = self._text[item_id]
         same = self._exact[text]
         same.remove(item_id)
         if not same:
             del self._exact[text]
-        if self.exact_only:
-            return
-        for table, key in zip(self._tables, self._keys(text)):  # recomputed: cheaper than storing them
-            bucket = table[key]
-            if type(bucket) is int:
-                del table[key]
-            else:
-                bucket.remove(item_id)
-                if len(bucket) == 1:
-                    table[key] = bucket[0]
+        if not self.exact_only:
+            bands, cap = self.params.bands, self.params.bucket_cap
+            stored = np.frombuffer(self._coarse.pop(item_id), dtype=np.uint64)
+            coarse, fine = stored.tolist(), self._hasher.fine_keys(stored).tolist()
+            for b in range(bands):
+                size = _pull(self._tables[b], coarse[b], item_id)
+                if size >= cap + 1:
+                    _pull(self._tables[bands + b], fine[b], item_id)
+                elif size == cap:  # back within the cap: the fine entries of this bucket go
+                    _pull(self._tables[bands + b], fine[b], item_id)
+                    for member in _members(self._tables[b][coarse[b]]):
+                        _pull(self._tables[bands + b], self._fine_key(member, b), member)
+        del self._text[item_id]
+        del self._len[item_id]
+
+    def _fine_key(self, item_id: int, band: int) -> int:
+        return int(self._hasher.fine_keys(np.frombuffer(self._coarse[item_id], dtype=np.uint64))[band])
 
     def candidates(self, text: str, threshold: float = 0.0) -> list[int]:
         """Ids worth confirming for ``text``: exact copies first, then ids sharing LSH bands with it, most shared
