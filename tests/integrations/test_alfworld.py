@@ -180,3 +180,23 @@ def test_manager_plays_generated_games(alfworld_games_dir):
         assert envs.step_count[1] == envs.step_count[0] + 1
     finally:
         envs.close()
+
+
+def test_expert_replans_once_after_the_agent_strays(alfworld_games_dir):
+    from agent_system.environments.env_package.alfworld.env import AlfworldEnv
+
+    paths = _games(alfworld_games_dir, "train", 6)
+    env = AlfworldEnv(paths)
+    obs, info = env.reset(5)  # pick2
+    stored = _load(paths[5])["walkthrough"]
+    assert env.expert_action() == stored[0]
+    detour = next(a for a in info["admissible_actions"] if a.startswith("go to") and a != stored[0])
+    env.step(detour)
+    total, done, steps = 0.0, False, 0
+    while not done and steps < 40:
+        action = env.expert_action()
+        assert action is not None
+        _, reward, done, _, info = env.step(action)
+        total += reward
+        steps += 1
+    assert done and info["won"] and total == 10.0
