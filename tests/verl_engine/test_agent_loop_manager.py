@@ -49,7 +49,9 @@ def verl_stack(tiny_model_dir, run_config_factory, tmp_path_factory):
             "actor_rollout_ref.rollout.name=vllm",
             "actor_rollout_ref.rollout.agent.num_workers=1",
             "data.max_prompt_length=2048",
-            "data.max_response_length=32",
+            "data.max_response_length=128",
+            "actor_rollout_ref.rollout.prompt_length=2048",
+            "actor_rollout_ref.rollout.response_length=128",  # longer than any scripted response: no truncation
             f"data.train_batch_size={TASKS}",
             "env.env_name=sokoban",
             f"env.max_steps={MAX_STEPS}",
@@ -208,12 +210,17 @@ def test_forge_agent_rows_reach_the_batch_and_the_trainer_step(verl_stack):
     data2 = fetch(meta2, ["prompts", "extra_fields"])
     rows2 = [getattr(e, "data", e) for e in data2.pop("extra_fields").tolist()]
     assert {r["library_version"] for r in rows2} == {1}
-    # the rule extractor admitted entries from round one and the gates are open: every step is augmented
+    # the rule extractor admitted entries from round one and the gates are open: steps whose observation the
+    # library covers are augmented (a novel observation may find nothing), and the text is in the prompt
     assert metrics["forge/library_total_size"] > 0
     prompts2 = data2["prompts"].to_padded_tensor(tokenizer.pad_token_id)
+    augmented = 0
     for i, row in enumerate(rows2):
-        assert row["experience_text"] and row["experience_ids"]
-        assert row["experience_text"] in tokenizer.decode(prompts2[i], skip_special_tokens=True)
+        assert bool(row["experience_text"]) == bool(row["experience_ids"])
+        if row["experience_text"]:
+            augmented += 1
+            assert row["experience_text"] in tokenizer.decode(prompts2[i], skip_special_tokens=True)
+    assert augmented > 0, "no step of the second rollout received experiences"
 
 
 def test_trainer_iteration_hooks_evolve_publish_and_checkpoint_the_library(verl_stack, monkeypatch, tmp_path):
