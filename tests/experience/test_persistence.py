@@ -201,6 +201,10 @@ def test_viewer_prints_and_exports(cfg, tmp_path, iterate, capsys):
             assert [r["score"] for r in rows] == sorted((r["score"] for r in rows), reverse=True)
     some = next(iter(system.library.all_entries()))
     assert some.text.replace("|", "&#124;") in out_md.read_text() and "<table" in out_html.read_text()
+    assert viewer_main([str(tmp_path / "ck"), "--zone", "warning", "--top", "1"]) == 0
+    one_zone = capsys.readouterr().out
+    assert "== golden ==" not in one_zone and one_zone.count("    #") == sum(
+        1 for level in ("mistake", "pattern", "diagnostic") if system.library.levels[("warning", level)])
     (tmp_path / "ck" / FILENAME).write_text("{")
     assert viewer_main([str(tmp_path / "ck")]) == 2
     assert "not valid JSON" in capsys.readouterr().err

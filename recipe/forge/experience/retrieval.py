@@ -5,8 +5,9 @@ Modes (``retrieval_mode``), each returning at most ``top_k_golden`` golden and `
 * ``observation`` (default, the paper's step-level retrieval): the entries linked to the step's observation
   cluster, best score first (TopK(E+_c, k+) U TopK(E-_c, k-)). If the cluster has no linked entries yet, the
   fallback ranks the whole library by similarity between the observation and each entry's source observation,
-  keeps those with similarity >= ``threshold``, takes the top-k of each zone (most similar first, then score),
-  and links them to the cluster so the next visit finds them directly.
+  keeps those with similarity >= ``threshold``, and takes the top-k of each zone (most similar first, then
+  score). ``ExperienceSystem.evolve`` links what a step was shown to its cluster, so the next visit finds the
+  fallback's finds directly.
 * ``clustered``: the cluster's linked entries only (no fallback): an ablation.
 * ``task``: task-level retrieval (the paper's ablation): entries whose source task has similarity >=
   ``threshold`` with the episode's task, most similar first, then score.
@@ -31,8 +32,7 @@ RETRIEVAL_MODES = ("observation", "task", "hybrid", "clustered")
 @dataclass
 class Retrieved:
     entries: list[ExperienceEntry]  # golden first, then warning, each best first
-    new_links: list[int]  # entry ids the fallback found, to link to the cluster
-    fallback: bool
+    fallback: bool  # found by the whole-library fallback (ExperienceSystem.evolve links them to the cluster)
 
 
 class EmbeddingSearch:
@@ -72,20 +72,17 @@ class Retriever:
 
     def retrieve(self, obs: str, task: str, cluster_id: int | None) -> Retrieved:
         if self.mode == "task":
-            return Retrieved(self._join(self._by_similarity(task, "task")), [], False)
+            return Retrieved(self._join(self._by_similarity(task, "task")), False)
         linked = self._from_cluster(cluster_id)
-        new_links: list[int] = []
-        fallback = False
-        if self.mode in ("observation", "hybrid") and not any(linked.values()):
+        fallback = self.mode in ("observation", "hybrid") and not any(linked.values())
+        if fallback:
             linked = self._by_similarity(obs, "key")
-            new_links = [e.entry_id for zone in linked.values() for e in zone]
-            fallback = True
         if self.mode == "hybrid":
             by_task = self._by_similarity(task, "task")
             for zone, entries in linked.items():
                 have = {e.entry_id for e in entries}
                 entries.extend([e for e in by_task[zone] if e.entry_id not in have][: self.k[zone] - len(entries)])
-        return Retrieved(self._join(linked), new_links, fallback)
+        return Retrieved(self._join(linked), fallback)
 
     def _from_cluster(self, cluster_id: int | None) -> dict[str, list[ExperienceEntry]]:
         if cluster_id is None:

@@ -18,21 +18,22 @@ can only find a shorter common subsequence, so ``sim >= difflib ratio``. It is t
    ``bands`` coarse keys (``rows`` values each) and ``bands`` fine keys (two adjacent bands, ``2 * rows``
    values); strings sharing a key are candidates. Per band, a coarse bucket is read whole while it holds at
    most ``bucket_cap`` strings; beyond that (strings of a common template) the fine bucket is read instead, at
-   most its ``bucket_cap`` newest members. Fine entries exist only for members of overflowing coarse buckets. This bounds the work per query independently of the index size.
-   Buckets keep all members in insertion order, so answers depend only on the current contents and their
-   order, not on the history of removals: an index rebuilt from a checkpoint answers exactly like the saved one;
+   most its ``bucket_cap`` newest members. Fine entries exist only for members of overflowing coarse buckets.
+   This bounds the work per query independently of the index size. Buckets keep their members in insertion
+   order, so answers depend only on the current contents and their order, not on the history of removals: an
+   index rebuilt from a checkpoint answers exactly like the saved one;
 3. a length filter (``sim >= t`` needs ``t / (2 - t) <= |a| / |b| <= (2 - t) / t``), then the
    ``max_candidates`` candidates sharing the most bands with the query (near-duplicates share many);
 4. exact confirmation of those candidates with ``sim`` (rapidfuzz, C++).
 
-Step 2, the bucket cap and the candidate cap are approximate: a true match can be missed (never a false match: every result is
-confirmed exactly). ``scripts/bench_library.py`` reports the recall against an exact linear scan.
+Step 2 and the two caps are approximate: a true match can be missed, never a false one reported (every result
+is confirmed exactly). ``scripts/bench_library.py`` reports the recall against an exact linear scan.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections import Counter
+from dataclasses import dataclass
 from itertools import islice
 from typing import Iterable
 
