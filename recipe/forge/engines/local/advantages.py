@@ -3,7 +3,6 @@ critic's values, and every other estimator of verl's registry called by name, as
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from recipe.forge.config_schema import ForgeAlgoConfig
@@ -76,7 +75,9 @@ def compute_advantages(
     if name == "gae":
         if values is None:
             raise ValueError("adv_estimator 'gae' needs critic values (critic.enable=true)")
-        return core_algos.compute_gae_advantage_return(rewards, values, mask, gamma=algorithm.gamma, lam=algorithm.lam)
+        advantages, returns = core_algos.compute_gae_advantage_return(rewards, values, mask, gamma=algorithm.gamma,
+                                                                      lam=algorithm.lam)
+        return advantages * mask, returns * mask
     if name == "grpo":
         return core_algos.compute_grpo_outcome_advantage(
             rewards, mask, index=batch.uid, norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo)
@@ -87,16 +88,3 @@ def compute_advantages(
         kwargs.update(sum_pi_squared=sum_pi_squared, old_log_probs=batch.old_log_probs, rollout_is_weights=None)
     advantages, returns = core_algos.get_adv_estimator_fn(name)(**kwargs)
     return advantages * mask, returns * mask
-
-
-def episode_groups_informative(batch: StepBatch) -> np.ndarray:
-    """(n,) bool: the sample's task group has unequal episode scores (a non-zero group-relative signal)."""
-    from recipe.forge.core_forge import factorize
-
-    scores = batch.token_level_rewards.sum(-1).numpy()
-    codes, n_groups = factorize(batch.uid)
-    low = np.full(n_groups, np.inf)
-    high = np.full(n_groups, -np.inf)
-    np.minimum.at(low, codes, scores)
-    np.maximum.at(high, codes, scores)
-    return (high - low)[codes] > 0
