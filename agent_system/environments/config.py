@@ -129,7 +129,8 @@ class EnvConfig:
             raise ConfigError("env.search.val_data is set but env.search.train_data is empty; set both (or neither for the built-in QA set)")
         check_int("env.webshop.num_products", self.webshop.num_products, 1)
         check_choice("env.textworld.challenge", self.textworld.challenge, ["tw-coin_collector", "tw-treasure_hunter", "tw-cooking"])
-        check_int("env.textworld.level", self.textworld.level, 1)
+        max_level = {"tw-coin_collector": 300, "tw-treasure_hunter": 30, "tw-cooking": 4}[self.textworld.challenge]
+        check_int("env.textworld.level", self.textworld.level, 1, max_level)
         check_int("env.textworld.num_games", self.textworld.num_games, 1)
 
 

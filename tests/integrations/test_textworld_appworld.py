@@ -109,3 +109,13 @@ def test_appworld_manager_in_worker_processes():
         assert envs.success_evaluator()["success"].all()
     finally:
         envs.close()
+
+
+def test_textworld_level_is_validated_per_challenge():
+    from agent_system.config_checks import ConfigError
+    from agent_system.environments.config import env_config_from_mapping
+    from agent_system.environments.registry import known_env_names
+
+    with pytest.raises(ConfigError, match="env.textworld.level=5"):
+        env_config_from_mapping({"textworld": {"challenge": "tw-cooking", "level": 5}}).validate(known_env_names())
+    env_config_from_mapping({"textworld": {"challenge": "tw-treasure_hunter", "level": 30}}).validate(known_env_names())
