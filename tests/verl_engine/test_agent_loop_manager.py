@@ -44,6 +44,7 @@ def verl_stack(tiny_model_dir, run_config_factory, tmp_path_factory):
             f"algorithm.invalid_action_penalty_coef={PENALTY}",
             "algorithm.forge.warmup_iterations=0",
             "algorithm.forge.min_library_size=0",
+            "algorithm.forge.extractor=rule",
             f"algorithm.forge.checkpoint_dir={out / 'library'}",
             f"actor_rollout_ref.model.path={tiny_model_dir}",
             "actor_rollout_ref.rollout.name=vllm",

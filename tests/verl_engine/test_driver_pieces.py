@@ -43,7 +43,8 @@ def test_rows_regroup_into_ordered_trajectories():
 
 def test_library_driver_evolves_saves_and_loads(run_config_factory, tmp_path):
     cfg = run_config_factory(
-        ["trainer.engine=verl", "algorithm.adv_estimator=forge", f"algorithm.forge.checkpoint_dir={tmp_path / 'lib'}"]
+        ["trainer.engine=verl", "algorithm.adv_estimator=forge", "algorithm.forge.extractor=rule",
+         f"algorithm.forge.checkpoint_dir={tmp_path / 'lib'}"]
     )
     driver = LibraryDriver.from_trainer_config(cfg)
     assert driver.enabled and driver.version == 0
