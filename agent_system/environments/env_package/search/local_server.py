@@ -39,6 +39,9 @@ class LocalRetrievalServer:
         self.stop()
         raise RuntimeError(f"retrieval server did not answer within {startup_timeout_s} s")
 
+    def is_running(self) -> bool:
+        return self._proc.poll() is None
+
     def stop(self) -> None:
         if self._proc.poll() is None:
             self._proc.terminate()

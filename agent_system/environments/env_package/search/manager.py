@@ -26,7 +26,7 @@ def _local_server_url(corpus_path: str) -> str:
     from agent_system.environments.env_package.search.local_server import LocalRetrievalServer
 
     server = _servers.get(corpus_path)
-    if server is None or server._proc.poll() is not None:
+    if server is None or not server.is_running():
         server = _servers[corpus_path] = LocalRetrievalServer(corpus_path)
     return server.url
 

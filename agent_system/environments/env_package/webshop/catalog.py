@@ -10,7 +10,7 @@ from those. This is a stand-in for WebShop's 1.18 M scraped Amazon products, not
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # category -> (product nouns, attributes, option types -> values, price range)
 CATEGORIES: dict[str, tuple[list[str], list[str], dict[str, list[str]], tuple[float, float]]] = {
@@ -69,7 +69,6 @@ class Goal:
     options: dict[str, str]  # option type -> wanted value
     price_upper: float
     query: str  # what the scripted shopper types
-    extra: dict = field(default_factory=dict)
 
 
 def _asin(rng: random.Random, taken: set[str]) -> str:
