@@ -3,7 +3,8 @@
 For each size N the script builds an ExperienceSystem holding N observation clusters (realistic ALFWorld /
 WebShop-like text from ``recipe.forge.experience.synthetic``, assigned until N clusters exist) and N library
 entries (inserted without the novelty check, each keyed by a cluster's observation and linked to it), then
-times ``provide`` calls (the fastest of ``--repeats`` batches) for a batch of 1,024 queries (half revisits: a known observation with one or two
+times ``provide`` calls (the fastest of ``--repeats`` batches, run round-robin over the sizes, in CPU seconds of
+this process so that other jobs on a shared machine disturb the figures less) for a batch of 1,024 queries (half revisits: a known observation with one or two
 digits changed; half fresh observations), with the gates open: cluster assignment, retrieval (cluster pool or
 the whole-library fallback) and rendering.
 
@@ -15,7 +16,7 @@ so the naive figure is a lower bound and the speedup is conservative.
 
 Also reported: recall of the sub-linear cluster search against an exact linear rapidfuzz scan (on a sample of
 the queries, read-only, before the timed batch), the resident memory the largest system added (VmRSS after
-building and querying it minus before), and the process's peak RSS.
+building it minus before), and the process's peak RSS.
 
     .venv/bin/python scripts/bench_library.py            # table
     .venv/bin/python scripts/bench_library.py --json     # one JSON line
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import gc
 import json
 import random
 import resource
@@ -108,14 +108,14 @@ def naive_assign(obs: str, prototypes: list[tuple[int, str]], deadline: float) -
 
 
 def time_naive(system: ExperienceSystem, queries: list[StepQuery], budget_s: float) -> tuple[float, int, int]:
-    """(estimated seconds per query, queries fully scanned, pairs compared) of the naive cluster scan.
+    """(estimated CPU seconds per query, queries fully scanned, pairs compared) of the naive cluster scan.
 
     The naive cost per query is estimated as N prototypes x the mean difflib time per pair, measured on the
     batch's own (query, prototype) pairs in scan order until ``budget_s`` is spent. Only the cluster scan is
     counted, not the naive fallback scan over all entry keys, so this is a lower bound of the naive cost."""
     prototypes = [(cid, c.prototype) for cid, c in system.index.clusters.items()]
-    start = time.perf_counter()
-    deadline = start + budget_s
+    deadline = time.perf_counter() + budget_s
+    cpu_start = time.process_time()
     pairs = full = 0
     for query in queries:
         _, done = naive_assign(query.anchor_obs, prototypes, deadline)
@@ -123,7 +123,7 @@ def time_naive(system: ExperienceSystem, queries: list[StepQuery], budget_s: flo
         full += done == len(prototypes)
         if time.perf_counter() >= deadline:
             break
-    per_pair = (time.perf_counter() - start) / pairs
+    per_pair = (time.process_time() - cpu_start) / pairs
     return per_pair * len(prototypes), full, pairs
 
 
@@ -159,37 +159,41 @@ def current_rss_mb() -> float:
 
 
 def run(sizes: list[int], batch: int, budget_s: float, seed: int, recall_sample: int, repeats: int) -> dict:
-    rows = []
+    """Build every size first, then time the batches round-robin over the sizes (size 1, 2, 3, 1, 2, 3, ...) so
+    that load from other processes affects all sizes alike; the fastest batch per size counts. Times are CPU
+    seconds of this process (``time.process_time``), for ours and for the naive scan alike, which other jobs on
+    the machine disturb far less than wall time; wall times are reported too."""
+    built = []
     for n in sizes:
         rss_before = current_rss_mb()
         system, cluster_ids = build(n, seed, f"N={n:,}")
-        queries = make_queries(system, cluster_ids, batch, seed + 1)
-        rec = recall(system, queries, recall_sample)
-        naive_per_query, naive_full, naive_pairs = time_naive(system, queries, budget_s)
+        # all batches are drawn before any is run: revisits of the original clusters, fresh observations
+        batches = [make_queries(system, cluster_ids, batch, seed + 1 + rep) for rep in range(repeats)]
+        row = {"n": n, "rss_growth_mb": current_rss_mb() - rss_before, **recall(system, batches[0], recall_sample)}
+        naive_per_query, row["naive_queries_fully_scanned"], row["naive_pairs_measured"] = time_naive(
+            system, batches[0], budget_s)
+        row["naive_s_extrapolated"] = naive_per_query * batch
         system.begin_iteration(1)
-        timings = []
-        for rep in range(repeats):  # fresh batches: the first one's new observations are clusters afterwards
-            batch_queries = queries if rep == 0 else make_queries(system, cluster_ids, batch, seed + 1 + rep)
+        built.append((system, batches, row, [], []))
+    for rep in range(repeats):
+        for system, batches, row, cpu, wall in built:
             system.stats.fallbacks = 0
-            start = time.perf_counter()
-            out = system.provide(batch_queries)
-            timings.append(time.perf_counter() - start)
+            cpu_start, wall_start = time.process_time(), time.perf_counter()
+            out = system.provide(batches[rep])
+            cpu.append(time.process_time() - cpu_start)
+            wall.append(time.perf_counter() - wall_start)
             if rep == 0:
-                hit_rate = float(np.mean([bool(o.entry_ids) for o in out]))
-                fallback_rate = system.stats.fallbacks / batch
-        ours = min(timings)
-        naive_batch = naive_per_query * batch
-        rows.append({
-            "n": n, "ours_s": ours, "ours_s_all_repeats": timings, "ours_ms_per_query": 1e3 * ours / batch,
-            "naive_s_extrapolated": naive_batch, "naive_queries_fully_scanned": naive_full,
-            "naive_pairs_measured": naive_pairs, "speedup": naive_batch / ours, **rec,
-            "hit_rate": hit_rate, "fallback_rate": fallback_rate,
-            "rss_growth_mb": current_rss_mb() - rss_before,
-        })
-        del system, out
-        gc.collect()
+                row["hit_rate"] = float(np.mean([bool(o.entry_ids) for o in out]))
+                row["fallback_rate"] = system.stats.fallbacks / batch
+    rows = []
+    for system, _, row, cpu, wall in built:
+        ours = min(cpu)
+        row.update({"ours_s": ours, "ours_s_all_repeats": cpu, "ours_wall_s_all_repeats": wall,
+                    "ours_ms_per_query": 1e3 * ours / batch, "speedup": row["naive_s_extrapolated"] / ours})
+        rows.append(row)
     by_n = {r["n"]: r for r in rows}
-    growth = [rows[i + 1]["ours_s"] / rows[i]["ours_s"] for i in range(len(rows) - 1)]
+    # time ratio between consecutive sizes, normalised to a 10x step in size
+    growth = [(b["ours_s"] / a["ours_s"]) ** (1.0 / np.log10(b["n"] / a["n"])) for a, b in zip(rows, rows[1:])]
     return {
         "batch": batch,
         "threshold": THRESHOLD,
@@ -200,9 +204,10 @@ def run(sizes: list[int], batch: int, budget_s: float, seed: int, recall_sample:
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "peak_rss_at": max(sizes),
         "memory_at_largest_mb": rows[-1]["rss_growth_mb"],
+        "clock": "CPU seconds of this process (time.process_time); wall times in ours_wall_s_all_repeats",
         "naive": "difflib.SequenceMatcher.ratio linear scan of all N prototypes per query (cluster assignment only: "
-                 "a lower bound of the naive cost), time-capped: mean time per pair measured on the batch's pairs "
-                 "in scan order, times N x batch",
+                 "a lower bound of the naive cost), time-capped: mean CPU time per pair measured on the batch's "
+                 "pairs in scan order, times N x batch",
     }
 
 
@@ -220,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result))
         return 0
-    print(f"assign + retrieve + render, batch of {args.batch} observations, threshold {THRESHOLD}")
+    print(f"assign + retrieve + render, batch of {args.batch} observations, threshold {THRESHOLD}; CPU seconds")
     print(f"{'N clusters = N entries':>22} | {'ours (s)':>9} | {'ms/query':>8} | {'naive difflib (s)':>17} | "
           f"{'pairs timed':>11} | {'speedup':>8} | {'recall':>6} | {'recall>=.9':>10} | {'hit rate':>8}")
     for r in result["rows"]:
