@@ -275,3 +275,29 @@ def test_search_config_is_validated():
         env_config_from_mapping({"env_name": "search", "search": {"val_data": "v.parquet"}}).validate(known_env_names())
     with pytest.raises(ConfigError, match="env.search.launch_server"):
         env_config_from_mapping({"env_name": "search", "search": {"launch_server": "yes"}})
+
+
+def test_batched_pool_sends_one_request_per_step_and_matches_single_envs(search_dataset, retrieval_server, faulty_server):
+    from agent_system.environments.base import EnvSpec
+    from agent_system.environments.env_package.search.batched_pool import BatchedSearchPool
+    from agent_system.workers.in_process import InProcessEnvPool
+
+    spec = EnvSpec("agent_system.environments.env_package.search.env:SearchEnv", {"qa_file": search_dataset["train"], "search_url": retrieval_server.url})
+    batched, single = BatchedSearchPool(spec, 4), InProcessEnvPool(spec, 4)
+    seeds = [0, 1, 2, 3]
+    batched.reset(range(4), seeds)
+    single.reset(range(4), seeds)
+    calls = []
+    client = batched.envs[0].client
+    original = client.retrieve
+    client.retrieve = lambda queries, topk: calls.append(list(queries)) or original(queries, topk)
+    actions = ["<search>painter born</search>", "<answer>x</answer>", "garbage", f"<search>{batched.envs[3].rows[3].question}</search>"]
+    got, want = batched.step(range(4), actions), single.step(range(4), actions)
+    assert calls == [["painter born", batched.envs[3].rows[3].question]]
+    assert [(r.obs, r.reward, r.terminated, r.info) for r in got] == [(r.obs, r.reward, r.terminated, r.info) for r in want]
+    failing = BatchedSearchPool(EnvSpec(spec.target, {**spec.kwargs, "search_url": faulty_server + "/fail"}), 2)
+    failing.reset([0, 1], [0, 1])
+    out = failing.step([0, 1], ["<search>a</search>", "<search>b</search>"])
+    assert all("HTTP 500" in r.info["search_error"] and not r.terminated for r in out)
+    for pool in (batched, single, failing):
+        pool.close()

@@ -54,13 +54,19 @@ class SearchEnv(AgentEnv):
             won = exact_match(content, list(self._row.golden_answers))
             self._done = True
             return f"Your answer: {content}", 1.0 if won else 0.0, True, False, self._info(won=won, answer=content)
-        self._searched = True
         try:
-            docs = self.client.retrieve([content], self.topk)[0]
+            retrieved: list[dict] | RetrievalError = self.client.retrieve([content], self.topk)[0]
         except RetrievalError as exc:
-            obs = f"<information>Search failed: {exc}. You may search again or answer.</information>"
-            return obs, 0.0, False, False, self._info(won=False, search_error=str(exc))
-        return f"<information>{format_passages(docs)}</information>", 0.0, False, False, self._info(won=False)
+            retrieved = exc
+        return self.search_result(retrieved)
+
+    def search_result(self, retrieved: list[dict] | RetrievalError) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """The step outcome of a search whose documents (or failure) were fetched, here or batched by the pool."""
+        self._searched = True
+        if isinstance(retrieved, RetrievalError):
+            obs = f"<information>Search failed: {retrieved}. You may search again or answer.</information>"
+            return obs, 0.0, False, False, self._info(won=False, search_error=str(retrieved))
+        return f"<information>{format_passages(retrieved)}</information>", 0.0, False, False, self._info(won=False)
 
     def expert_action(self) -> str | None:
         """Gold-answer expert: one search for the question, then the first gold answer."""

@@ -53,9 +53,19 @@ def resolve_data(config: EnvConfig, split: str) -> tuple[str, str]:
 
 
 class SearchEnvironmentManager(EnvironmentManagerBase):
+    """In-process environments by default, with the step's searches sent as one batch (BatchedSearchPool);
+    ``env.resources_per_worker.num_workers > 0`` spreads them over worker processes instead."""
+
     prompt_builder = staticmethod(search_prompt.build_prompt)
     heavy = False
     has_task_types = True  # task_type = the question's data source (nq, hotpotqa, ...)
+
+    def __init__(self, config: EnvConfig, num_tasks: int, split: str, env_name: str | None = None, pool: Any = None):
+        if pool is None and config.resources_per_worker.num_workers == 0:
+            from agent_system.environments.env_package.search.batched_pool import BatchedSearchPool
+
+            pool = BatchedSearchPool(self.env_spec(config, split), num_tasks * config.rollout.n)
+        super().__init__(config, num_tasks, split, env_name=env_name, pool=pool)
 
     @classmethod
     def env_spec(cls, config: EnvConfig, split: str) -> EnvSpec:
