@@ -113,6 +113,11 @@ def main() -> None:
         **{k: base[k] for k in ("num_workers", "steps_per_second", "steps_per_second_incl_reset", "reset_seconds", "success_rate", "mean_episode_length", "groups_identical_at_reset")},
         "scaling": [{k: r[k] for k in ("num_workers", "steps_per_second", "speedup_vs_first", "success_rate")} for r in results],
     }
+    if args.env == "search":
+        from agent_system.environments.env_package.search.throughput import measure_builtin_server
+
+        (server,) = measure_builtin_server([64])
+        summary["retrieval_queries_per_second_batch64"] = server["queries_per_second"]
     if args.json:
         print(json.dumps(summary))
         return
@@ -123,6 +128,8 @@ def main() -> None:
             f"success={r['success_rate']:.3f}  mean length={r['mean_episode_length']:.2f}  reset={r['reset_seconds'] * 1e3:.1f} ms"
         )
     print(f"  groups identical at reset: {summary['groups_identical_at_reset']}")
+    if "retrieval_queries_per_second_batch64" in summary:
+        print(f"  retrieval server: {summary['retrieval_queries_per_second_batch64']:.1f} queries/s at batch 64")
 
 
 if __name__ == "__main__":

@@ -8,12 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 
-from agent_system.environments.env_package.search.local_server import LocalRetrievalServer
-from agent_system.environments.env_package.search.qa_data import load_qa
-from agent_system.environments.env_package.search.synthetic import ensure_builtin_dataset
-from agent_system.environments.env_package.search.throughput import measure_queries_per_second
+from agent_system.environments.env_package.search.throughput import measure_builtin_server
 
 
 def main() -> None:
@@ -23,10 +19,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    paths = ensure_builtin_dataset(tempfile.gettempdir() + "/slea_rl_search_bench", args.num_questions)
-    questions = [r.question for r in load_qa(paths["train"])]
-    with LocalRetrievalServer(paths["corpus"]) as server:
-        results = [measure_queries_per_second(server.url, questions, b, rounds=args.rounds) for b in args.batch_size]
+    results = measure_builtin_server(args.batch_size, args.num_questions, args.rounds)
     base = results[0]["queries_per_second"]
     for r in results:
         r["speedup_vs_first"] = r["queries_per_second"] / base

@@ -16,6 +16,7 @@ _MANAGERS: dict[str, str] = {
     "gym_cards/Points24-v0": "agent_system.environments.env_package.gym_cards.manager:GymCardsEnvironmentManager",
     "gym_cards/Blackjack-v0": "agent_system.environments.env_package.gym_cards.manager:GymCardsEnvironmentManager",
     "alfworld/AlfredTWEnv": "agent_system.environments.env_package.alfworld.manager:AlfworldEnvironmentManager",
+    "alfworld": "agent_system.environments.env_package.alfworld.manager:AlfworldEnvironmentManager",  # short alias
     "search": "agent_system.environments.env_package.search.manager:SearchEnvironmentManager",
     "webshop": "agent_system.environments.env_package.webshop.manager:WebshopEnvironmentManager",
     "textworld": "agent_system.environments.env_package.textworld.manager:TextworldEnvironmentManager",
