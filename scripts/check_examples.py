@@ -4,8 +4,10 @@
 For each ``*.sh`` under examples/ (or the paths given), every ``-m recipe.forge.main_forge`` command is
 extracted statically (no script is executed): line continuations are joined, the script's own variable
 assignments (``NAME=value``, ``NAME=${NAME:-default}``, ``export NAME=...``) are expanded with their defaults
-(the caller's environment is ignored, so the check is deterministic), and the command is split like a shell
-would. The overrides are then
+(the caller's environment is ignored, so the check is deterministic), bash arrays (``NAME=( ... )``, used
+as ``"${NAME[@]}"``) are expanded element by element, files the script sources (``source`` / ``.``, with
+``$(dirname "$0")`` or ``$(dirname "${BASH_SOURCE[0]}")`` as the script's folder) are read in place, and the
+command is split like a shell would. The overrides are then
 
 1. composed with Hydra against recipe/forge/config (a typo in a key fails here: verl's config is strict);
 2. validated with recipe.forge.config_schema.validate_config (SLEA-RL's keys and values);
@@ -35,6 +37,11 @@ ENTRY = "recipe.forge.main_forge"
 _ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 _COMMAND_SUBSTITUTION = re.compile(r"\$\([^()]*\)")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_ARRAY_START = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=\((.*)$")
+_ARRAY_USE = re.compile(r'"?\$\{([A-Za-z_][A-Za-z0-9_]*)\[@\]\}"?')
+_SOURCE = re.compile(r"^(?:source|\.)\s+(.+)$")
+_SCRIPT_DIR = re.compile(r'\$\(\s*dirname\s+"?\$(?:0|\{0\}|\{BASH_SOURCE\[0\]\}|BASH_SOURCE)"?\s*\)')
+_MAX_SOURCE_DEPTH = 8
 
 
 @dataclass
@@ -68,32 +75,66 @@ def expand(text: str, variables: dict[str, str]) -> str:
 
 
 def logical_lines(source: str) -> list[tuple[int, str]]:
-    """Join backslash continuations and drop comments; returns (first line number, text)."""
+    """Join backslash continuations and the lines of a multi-line array assignment (``NAME=(`` up to the
+    line that ends with ``)``), and drop comments; returns (first line number, text)."""
     lines: list[tuple[int, str]] = []
-    buffer, start = "", 0
+    buffer, start, in_array = "", 0, False
     for number, raw in enumerate(source.splitlines(), start=1):
         stripped = raw.strip()
         if not buffer and (not stripped or stripped.startswith("#")):
             continue
-        if buffer and stripped.startswith("#"):
+        if buffer and (stripped.startswith("#") or (in_array and not stripped)):
             continue
         if not buffer:
             start = number
+            in_array = bool(_ARRAY_START.match(stripped)) and not stripped.endswith(")")
         if stripped.endswith("\\"):
             buffer += stripped[:-1] + " "
             continue
+        if in_array and not stripped.endswith(")"):
+            buffer += stripped + " "
+            continue
         lines.append((start, buffer + stripped))
-        buffer = ""
+        buffer, in_array = "", False
     if buffer:
         lines.append((start, buffer))
     return lines
 
 
+def expand_arrays(text: str, arrays: dict[str, list[str]]) -> str:
+    """Replace each ``"${NAME[@]}"`` with the array's elements, each quoted as one shell word."""
+
+    def repl(match: re.Match) -> str:
+        name = match.group(1)
+        if name not in arrays:
+            raise ValueError(f"array ${{{name}[@]}} is used but never assigned")
+        return shlex.join(arrays[name])
+
+    return _ARRAY_USE.sub(repl, text)
+
+
 def extract_commands(script: Path) -> list[Command]:
-    """Every main_forge command of a script, with the script's variables expanded."""
-    variables: dict[str, str] = {}
-    commands = []
+    """Every main_forge command of a script, with the script's variables and arrays expanded and the files
+    it sources read in place."""
+    commands: list[Command] = []
+    _scan(script, {}, {}, commands, depth=0)
+    return commands
+
+
+def _scan(script: Path, variables: dict[str, str], arrays: dict[str, list[str]], commands: list[Command], depth: int) -> None:
+    """Read one script (or a file it sources) into ``variables`` / ``arrays`` and append its commands."""
     for number, line in logical_lines(script.read_text()):
+        source = _SOURCE.match(line)
+        if source:
+            _scan(_sourced_path(script, number, source.group(1), variables, depth), variables, arrays, commands, depth + 1)
+            continue
+        array = _ARRAY_START.match(line)
+        if array and ENTRY not in line:
+            body = array.group(2).rstrip()
+            if not body.endswith(")"):
+                raise ValueError(f"{script}:{number}: array {array.group(1)} is not closed with ')'")
+            arrays[array.group(1)] = shlex.split(expand(expand_arrays(body[:-1], arrays), variables), posix=True)
+            continue
         assign = _ASSIGN.match(line)
         if assign and ENTRY not in line:
             value = shlex.split(expand(assign.group(2), variables) or "''", posix=True)
@@ -101,7 +142,8 @@ def extract_commands(script: Path) -> list[Command]:
             continue
         if ENTRY not in line:
             continue
-        tokens = shlex.split(expand(line.replace('"$@"', "").replace("$@", ""), variables), posix=True)
+        text = expand_arrays(line.replace('"$@"', "").replace("$@", ""), arrays)
+        tokens = shlex.split(expand(text, variables), posix=True)
         rest = tokens[tokens.index(ENTRY) + 1 :]
         config_name, overrides = "forge_trainer", []
         i = 0
@@ -120,7 +162,21 @@ def extract_commands(script: Path) -> list[Command]:
                 overrides.append(token)
             i += 1
         commands.append(Command(script=script, line=number, overrides=overrides, config_name=config_name))
-    return commands
+
+
+def _sourced_path(script: Path, number: int, argument: str, variables: dict[str, str], depth: int) -> Path:
+    """The file a ``source`` line reads: ``$(dirname "$0")`` is the script's folder, relative paths are taken
+    from it too (the examples source their helpers relative to themselves)."""
+    if depth >= _MAX_SOURCE_DEPTH:
+        raise ValueError(f"{script}:{number}: sources nested deeper than {_MAX_SOURCE_DEPTH} files")
+    words = shlex.split(expand(_SCRIPT_DIR.sub(str(script.parent), argument), variables), posix=True)
+    if not words:
+        raise ValueError(f"{script}:{number}: source without a file")
+    path = Path(words[0])
+    path = path if path.is_absolute() else script.parent / path
+    if not path.is_file():
+        raise ValueError(f"{script}:{number}: sourced file {words[0]!r} not found (resolved to {path})")
+    return path.resolve()
 
 
 def compose(command: Command):

@@ -65,3 +65,57 @@ def test_variables_and_continuations_are_expanded(check_examples, tmp_path):
     )
     (command,) = check_examples.extract_commands(script)
     assert command.overrides == ["env.max_steps=7", "algorithm.gamma=0.9", "trainer.engine=local"]
+
+
+def test_arrays_and_sourced_files_are_expanded(check_examples, tmp_path):
+    (tmp_path / "common").mkdir()
+    (tmp_path / "common" / "base.sh").write_text(
+        "# shared settings\nSTEPS=${STEPS:-7}\nNAME='two words'\nBASE=(\n    env.max_steps=$STEPS\n\n"
+        "    # a comment inside the array\n    trainer.experiment_name=\"$NAME\"\n)\nONE_LINE=(algorithm.gamma=0.9 env.seed=3)\n"
+    )
+    script = tmp_path / "run" / "run.sh"
+    script.parent.mkdir()
+    script.write_text(
+        '#!/usr/bin/env bash\nsource "$(dirname "${BASH_SOURCE[0]}")/../common/base.sh"\n'
+        'python3 -m recipe.forge.main_forge \\\n    "${BASE[@]}" \\\n    trainer.engine=local \\\n    "${ONE_LINE[@]}" \\\n    "$@"\n'
+    )
+    (command,) = check_examples.extract_commands(script)
+    assert command.overrides == ["env.max_steps=7", "trainer.experiment_name=two words", "trainer.engine=local", "algorithm.gamma=0.9", "env.seed=3"]
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ('source "$(dirname "$0")/missing.sh"\n', "missing.sh"),
+        ('python3 -m recipe.forge.main_forge "${NEVER_SET[@]}"\n', "NEVER_SET"),
+        ("ARR=(\n    a=1\n", "not closed"),
+    ],
+)
+def test_bad_sourcing_and_arrays_are_errors_naming_the_problem(check_examples, tmp_path, body, message):
+    script = tmp_path / "bad.sh"
+    script.write_text("#!/usr/bin/env bash\n" + body)
+    with pytest.raises(ValueError, match=message):
+        check_examples.extract_commands(script)
+
+
+def test_the_static_parse_agrees_with_bash_on_every_example(check_examples, tmp_path):
+    """Run each example script under bash with ``python3`` replaced by a stub that prints its arguments: the
+    overrides bash passes must be the ones check_examples composed (so arrays, sourced files and defaults are
+    read the way the shell reads them). Like check_examples, the caller's environment is left out (HOME is
+    empty, as check_examples expands an unknown variable)."""
+    stub_dir = tmp_path / "bin"
+    stub_dir.mkdir()
+    stub = stub_dir / "python3"
+    stub.write_text('#!/usr/bin/env bash\nshift 2\nprintf "%s\\n" "$@"\n')  # drop "-m recipe.forge.main_forge"
+    stub.chmod(0o755)
+    checked = 0
+    for script in sorted((REPO / "examples").rglob("*.sh")):
+        commands = check_examples.extract_commands(script)
+        if not commands:
+            continue
+        (command,) = commands
+        proc = subprocess.run(["bash", str(script), "extra.key=1"], env={"PATH": f"{stub_dir}:/usr/bin:/bin", "HOME": ""}, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, f"{script}: {proc.stderr}"
+        assert proc.stdout.splitlines() == command.overrides + ["extra.key=1"], script
+        checked += 1
+    assert checked >= 14  # 6 forge, 7 baselines, 1 prompt-only
