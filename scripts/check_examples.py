@@ -39,7 +39,8 @@ _COMMAND_SUBSTITUTION = re.compile(r"\$\([^()]*\)")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _ARRAY_START = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=\((.*)$")
 _ARRAY_USE = re.compile(r'"?\$\{([A-Za-z_][A-Za-z0-9_]*)\[@\]\}"?')
-_SOURCE = re.compile(r"^(?:source|\.)\s+(.+)$")
+_SOURCE = re.compile(r"^(?:source|\.)\s+([^=\s].*)$")
+_HEREDOC = re.compile(r"<<-?\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?")
 _SCRIPT_DIR = re.compile(r'\$\(\s*dirname\s+"?\$(?:0|\{0\}|\{BASH_SOURCE\[0\]\}|BASH_SOURCE)"?\s*\)')
 _MAX_SOURCE_DEPTH = 8
 
@@ -76,11 +77,20 @@ def expand(text: str, variables: dict[str, str]) -> str:
 
 def logical_lines(source: str) -> list[tuple[int, str]]:
     """Join backslash continuations and the lines of a multi-line array assignment (``NAME=(`` up to the
-    line that ends with ``)``), and drop comments; returns (first line number, text)."""
+    line that ends with ``)``), drop comments and the bodies of here-documents (``<<'PY'`` ... ``PY``: text for
+    another program, not shell); returns (first line number, text)."""
     lines: list[tuple[int, str]] = []
     buffer, start, in_array = "", 0, False
+    heredoc_end: str | None = None
     for number, raw in enumerate(source.splitlines(), start=1):
         stripped = raw.strip()
+        if heredoc_end is not None:
+            if stripped == heredoc_end:
+                heredoc_end = None
+            continue
+        heredoc = _HEREDOC.search(raw)
+        if heredoc:
+            heredoc_end = heredoc.group(1)
         if not buffer and (not stripped or stripped.startswith("#")):
             continue
         if buffer and (stripped.startswith("#") or (in_array and not stripped)):

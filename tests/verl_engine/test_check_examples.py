@@ -119,3 +119,13 @@ def test_the_static_parse_agrees_with_bash_on_every_example(check_examples, tmp_
         assert proc.stdout.splitlines() == command.overrides + ["extra.key=1"], script
         checked += 1
     assert checked >= 14  # 6 forge, 7 baselines, 1 prompt-only
+
+
+def test_here_documents_are_not_read_as_shell(check_examples, tmp_path):
+    script = tmp_path / "heredoc.sh"
+    script.write_text(
+        "#!/usr/bin/env bash\npython3 - <<'PY'\nsource = 1\nSTEPS = 3\nprint('python3 -m recipe.forge.main_forge x=1')\nPY\n"
+        "STEPS=${STEPS:-5}\npython3 -m recipe.forge.main_forge env.max_steps=$STEPS\n"
+    )
+    (command,) = check_examples.extract_commands(script)
+    assert command.overrides == ["env.max_steps=5"]
