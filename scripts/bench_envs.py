@@ -37,6 +37,15 @@ def groups_identical(obs, group_n: int) -> bool:
     return True
 
 
+def mode_section(env_name: str) -> str:
+    """The env config section that holds ``mode`` for ``env_name``; only Sokoban and Gym Cards render images."""
+    if env_name == "sokoban":
+        return "sokoban"
+    if env_name.startswith("gym_cards/"):
+        return "gym_cards"
+    raise SystemExit(f"--mode applies to sokoban and gym_cards/* only, not to --env {env_name}")
+
+
 def run(args, num_workers: int) -> dict:
     if args.num_envs % args.group_size:
         raise SystemExit(f"--num-envs {args.num_envs} must be a multiple of --group-size {args.group_size}")
@@ -48,7 +57,7 @@ def run(args, num_workers: int) -> dict:
         "resources_per_worker": {"num_workers": num_workers},
     }
     if args.mode:
-        section["sokoban" if args.env == "sokoban" else "gym_cards"] = {"mode": args.mode}
+        section[mode_section(args.env)] = {"mode": args.mode}
     config = env_config_from_mapping(section)
     config.validate(known_env_names())
     envs = get_env_manager_class(args.env)(config, num_tasks=args.num_envs // args.group_size, split="train")
@@ -99,6 +108,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args()
+    if args.mode:
+        mode_section(args.env)  # fail before any environment is built
+    if args.num_envs < 1 or args.group_size < 1 or args.rounds < 1 or min(args.num_workers) < 0:
+        raise SystemExit("--num-envs, --group-size and --rounds must be >= 1 and --num-workers >= 0")
 
     results = [run(args, w) for w in args.num_workers]
     base = results[0]
