@@ -58,8 +58,9 @@ def _text_only(message: Message) -> dict[str, str]:
 class OpenAIGenerator:
     """The rollout's ``Generator`` over an OpenAI-compatible chat endpoint (concurrent requests).
 
-    Chat APIs cut the stop string off the reply; when a reply stopped on it (an ``<action>`` left open),
-    the stop string is put back so that the action parser sees the closed tag, exactly as with local
+    Chat APIs cut the stop string off the reply; when a reply stopped on it (the server's ``stop_reason``
+    where it reports one, as vLLM and SGLang do; else an ``<action>`` left open by a "stop" finish), the
+    stop string is put back so that the action parser sees the closed tag, exactly as with local
     generation. Token ids and log-probs are not available (empty lists): nothing is trained on them.
     """
 
@@ -84,9 +85,13 @@ class OpenAIGenerator:
         )
         choice = reply.choices[0]
         text = choice.message.content or ""
+        extra = getattr(choice, "model_extra", None) or {}
         for stop in sampling.stop:
-            opener = stop.replace("</", "<", 1)
-            if choice.finish_reason == "stop" and text.rfind(opener) > text.rfind(stop):
+            if "stop_reason" in extra:  # vLLM / SGLang name the stop string that matched (None for EOS)
+                cut = extra["stop_reason"] == stop
+            else:  # plain OpenAI: an <action> left open by a "stop" finish was closed by the stop string
+                cut = choice.finish_reason == "stop" and text.rfind(stop.replace("</", "<", 1)) > text.rfind(stop)
+            if cut:
                 text += stop
         return GenerationOutput(text=text, prompt_ids=[], response_ids=[], logprobs=[])
 

@@ -1,0 +1,88 @@
+"""Prompt-only mode against a small OpenAI-compatible server started here, backed by a tiny local model."""
+
+import socket
+import threading
+import time
+
+import pytest
+
+from agent_system.multi_turn_rollout.protocols import SamplingParams
+from recipe.forge.engines.local.api_engine import ApiSettings, OpenAIGenerator, PromptOnlyRunner
+from recipe.forge.main_forge import validate
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def chat_server(tokenizer, make_tiny):
+    """/v1/chat/completions over HFGenerator with a tiny answering model; cuts the stop string off the reply
+    and names it in ``stop_reason`` like vLLM does, and records the requests it saw."""
+    import uvicorn
+    from fastapi import FastAPI
+
+    from recipe.forge.engines.local.generation import HFGenerator
+
+    generator = HFGenerator(make_tiny(taught=True), tokenizer)
+    seen = []
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    def complete(body: dict):
+        seen.append(body)
+        sampling = SamplingParams(temperature=body.get("temperature", 1.0) or 0.0,
+                                  do_sample=(body.get("temperature") or 0) > 0,
+                                  max_new_tokens=body.get("max_tokens", 16), stop=tuple(body.get("stop") or ()))
+        out = generator.generate([body["messages"]], sampling)[0]
+        text, reason, matched = out.text, "length", None
+        for stop in sampling.stop:
+            if stop in text:
+                text, reason, matched = text[:text.index(stop)], "stop", stop
+        if out.response_ids and out.response_ids[-1] == tokenizer.eos_token_id:
+            reason = "stop"
+        return {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason,
+                             "stop_reason": matched}],
+                "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not server.started and time.time() < deadline:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}/v1", seen
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_openai_generator_restores_the_cut_stop_string(chat_server):
+    url, seen = chat_server
+    gen = OpenAIGenerator(ApiSettings(base_url=url, model="tiny", max_concurrency=4))
+    outs = gen.generate([[{"role": "user", "content": f"Target: {i}\nCurrent: 0"}] for i in range(8)],
+                        SamplingParams(temperature=1.0, max_new_tokens=12))
+    closed = [o.text for o in outs if o.text.endswith("</action>")]
+    assert closed, [o.text for o in outs]
+    assert all(t in ("<action>+</action>", "<action>-</action>") for t in closed)
+    assert all(body["stop"] == ["</action>"] and body["model"] == "tiny" for body in seen)
+
+
+def test_prompt_only_mode_evolves_the_library_without_updates(tmp_path, chat_server, compose_cfg, run_overrides):
+    url, seen = chat_server
+    cfg = compose_cfg(run_overrides(tmp_path, iterations=2) + [
+        "trainer.engine=api", f"trainer.api.base_url={url}", "trainer.api.model=tiny", "trainer.test_freq=2",
+        "trainer.save_freq=2"])
+    history = PromptOnlyRunner(cfg, validate(cfg)).fit()
+    assert [h["iteration"] for h in history] == [1, 2]
+    last = history[-1]
+    assert last["forge/library_total_size"] > 0
+    assert "val/success_rate" in last and "val_no_library/success_rate" in last
+    assert last["api/requests"] == len(seen)
+    assert (tmp_path / "global_step_2" / "library").exists()
+    assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 2
