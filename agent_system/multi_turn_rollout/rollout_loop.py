@@ -53,7 +53,9 @@ def failure_category(reason: str) -> str:
 
 
 def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
-    """Success rate (overall and per task type), episode reward and length, valid-action ratio, failures."""
+    """Success rate (overall and per task type), episode reward and length, valid-action ratio, failures, and
+    ``task_score/mean`` (the final step's ``info["task_score"]``, e.g. WebShop's purchase score in [0, 1]) where
+    the environment reports one; a trajectory without steps scores 0."""
     trajs = batch.trajectories
     metrics: dict[str, float] = {"num_trajectories": float(len(trajs)), "num_steps": float(len(batch.steps))}
     if not trajs:
@@ -79,11 +81,22 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
             by_type[str(t.task_type)].append(s)
     for task_type, values in by_type.items():
         metrics[f"success_rate/{task_type}"] = float(np.mean(values))
+    scores = [final_task_score(t) for t in trajs]
+    if any(score is not None for score in scores):
+        metrics["task_score/mean"] = float(np.mean([score or 0.0 for score in scores]))
     failures = [failure_category(t.failure_reason) for t in trajs if t.failure_reason]
     metrics["failures/total"] = float(len(failures))
     for category in set(failures):
         metrics[f"failures/{category}"] = float(failures.count(category))
     return metrics
+
+
+def final_task_score(trajectory: TrajectoryRecord) -> float | None:
+    """The ``task_score`` of a trajectory's last step, or None when its environment reports none."""
+    if not trajectory.steps:
+        return None
+    score = trajectory.steps[-1].info.get("task_score")
+    return None if score is None else float(score)
 
 
 class TrajectoryCollector:

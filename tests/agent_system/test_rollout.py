@@ -12,7 +12,10 @@ from agent_system.multi_turn_rollout.protocols import (
     Generator,
     SamplingParams,
     StepExperience,
+    RolloutBatch,
     StepObserver,
+    StepRecord,
+    TrajectoryRecord,
     active_mask,
 )
 from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
@@ -191,3 +194,27 @@ def test_collector_from_verl_filter_groups_config():
     assert not off.dynamic_sampling
     with pytest.raises(ValueError, match="max_num_gen_batches"):
         TrajectoryCollector(max_num_gen_batches=-1)
+
+
+def _trajectory(uid: str, infos: list[dict]) -> TrajectoryRecord:
+    steps = [
+        StepRecord(uid=uid, traj_uid=f"{uid}-0", step=k, anchor_obs="o", messages=[], plain_messages=[], response_text="",
+                   action="a", prompt_ids=[], response_ids=[], logprobs=[], reward=0.0, is_action_valid=True,
+                   done=k == len(infos) - 1, info=info)
+        for k, info in enumerate(infos)
+    ]
+    return TrajectoryRecord(uid=uid, traj_uid=f"{uid}-0", task="t", task_type=None, steps=steps, episode_reward=0.0, success=False, length=len(steps))
+
+
+def test_task_score_metric_is_the_final_steps_score():
+    from agent_system.multi_turn_rollout.rollout_loop import rollout_metrics
+
+    trajs = [
+        _trajectory("a", [{"task_score": 0.0}, {"task_score": 0.8}]),  # the last step's score counts
+        _trajectory("b", [{"task_score": 0.5}]),
+        _trajectory("c", []),  # failed at reset: no steps, scores 0
+    ]
+    metrics = rollout_metrics(RolloutBatch(steps=[s for t in trajs for s in t.steps], trajectories=trajs))
+    assert metrics["task_score/mean"] == pytest.approx((0.8 + 0.5 + 0.0) / 3)
+    no_scores = [_trajectory("d", [{"won": False}])]
+    assert "task_score/mean" not in rollout_metrics(RolloutBatch(steps=no_scores[0].steps, trajectories=no_scores))

@@ -120,3 +120,17 @@ def test_manager_action_legality():
         envs.step([f"<action>{a}</action>" if a else "" for a in envs.expert_actions(range(4))])
     assert envs.success_evaluator()["success"].all()
     assert all(i["task_score"] == 1.0 for i in envs.last_info)
+
+
+def test_rollout_logs_the_purchase_score_as_task_score():
+    from agent_system.environments.config import env_config_from_mapping
+    from agent_system.environments.env_package.webshop.manager import WebshopEnvironmentManager
+    from agent_system.multi_turn_rollout.protocols import SamplingParams
+    from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
+    from agent_system.testing.policies import ExpertGenerator, GarbageGenerator
+
+    envs = WebshopEnvironmentManager(env_config_from_mapping({"env_name": "webshop", "rollout": {"n": 2}}), num_tasks=2, split="train")
+    expert = TrajectoryCollector().collect(envs, ExpertGenerator(envs), SamplingParams(), seeds=[3, 4])
+    assert expert.metrics["task_score/mean"] == 1.0 and expert.metrics["success_rate"] == 1.0
+    garbage = TrajectoryCollector().collect(envs, GarbageGenerator(), SamplingParams(), seeds=[3, 4])
+    assert garbage.metrics["task_score/mean"] == 0.0 and garbage.metrics["success_rate"] == 0.0

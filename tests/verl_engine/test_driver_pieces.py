@@ -87,3 +87,29 @@ def test_messages_put_experiences_in_the_system_turn_and_images_in_the_user_turn
     image_view = EpisodeView(prompt="the room", anchor_obs="#", image=np.zeros((4, 4, 3), np.uint8), task="t", task_type=None)
     user = build_messages("", image_view)[-1]["content"]
     assert user[0]["type"] == "image" and user[0]["image"].size == (4, 4) and user[1] == {"type": "text", "text": "the room"}
+
+
+@pytest.mark.parametrize("task_score", [None, 0.8])
+def test_agent_loop_rows_carry_the_final_task_score_where_the_env_has_one(task_score):
+    from types import SimpleNamespace
+
+    from agent_system.multi_turn_rollout.protocols import StepExperience
+    from recipe.forge.engines.verl.agent_loop import ForgeAgentLoop
+    from recipe.forge.engines.verl.episode import StepOutcome
+
+    view = EpisodeView(prompt="p", anchor_obs="page", image=None, task="buy shoes", task_type=None)
+
+    def step(reward, score):
+        outcome = StepOutcome(reward=reward, done=False, is_action_valid=True, action="click[x]", won=False, failure_reason=None, task_score=score)
+        return {"prompt_ids": [1, 2], "response_ids": [3], "logprobs": [0.0], "text": "<action>click[x]</action>", "multi_modal_data": None,
+                "server_fields": {}, "teacher_prompt_ids": None, "view": view, "outcome": outcome, "experience": StepExperience(), "gen_seconds": 0.1}
+
+    fake_loop = SimpleNamespace(tokenizer=SimpleNamespace(eos_token_id=0))
+    first_score = None if task_score is None else 0.0
+    rows = ForgeAgentLoop._outputs(fake_loop, [step(0.0, first_score), step(0.0, task_score)], "u-0", 2, False, 0.5)
+    infos = [row.extra_fields["reward_extra_info"] for row in rows]
+    if task_score is None:
+        assert all("task_score" not in info for info in infos)
+    else:
+        assert [info["task_score"] for info in infos] == [0.8, 0.8]  # the episode's final score on every row
+    assert infos[0]["episode_length"] == 2.0

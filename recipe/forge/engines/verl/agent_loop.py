@@ -146,6 +146,9 @@ class ForgeAgentLoop(AgentLoopBase):
             "episode_length": float(len(steps)),
             "valid_action_ratio": float(n_valid / max(len(steps), 1)),
         }
+        if steps and steps[-1]["outcome"].task_score is not None:
+            # WebShop / AppWorld's graded outcome; verl's validation aggregates every reward_extra_info key
+            outcome_info["task_score"] = float(steps[-1]["outcome"].task_score)
         outputs = []
         for index, s in enumerate(steps):
             response_ids, logprobs = s["response_ids"], s["logprobs"]

@@ -58,6 +58,7 @@ class StepOutcome:
     action: str
     won: bool
     failure_reason: str | None
+    task_score: float | None = None  # info["task_score"] where the environment reports one (WebShop, AppWorld)
 
 
 class EpisodeSession:
@@ -108,6 +109,7 @@ class EpisodeSession:
             action=str(info.get("action", "")),
             won=bool(self._manager.won[0]),
             failure_reason=self._manager.failure_reason[0],
+            task_score=None if info.get("task_score") is None else float(info["task_score"]),
         )
         self._view = self._make_view(obs, info)
         return outcome, self._view
