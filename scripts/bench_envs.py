@@ -85,6 +85,8 @@ def run(args, num_workers: int) -> dict:
     envs.close()
     return {
         "num_workers": num_workers,
+        # what actually ran: heavy environments use worker processes even with --num-workers 0
+        "worker_processes": int(getattr(envs.pool, "num_workers", 0)),
         "steps_per_second": steps / step_time,
         "steps_per_second_incl_reset": steps / (step_time + reset_time),
         "reset_seconds": reset_time / args.rounds,
@@ -123,8 +125,8 @@ def main() -> None:
         "group_size": args.group_size,
         "policy": args.policy,
         "mode": args.mode or "text",
-        **{k: base[k] for k in ("num_workers", "steps_per_second", "steps_per_second_incl_reset", "reset_seconds", "success_rate", "mean_episode_length", "groups_identical_at_reset")},
-        "scaling": [{k: r[k] for k in ("num_workers", "steps_per_second", "speedup_vs_first", "success_rate")} for r in results],
+        **{k: base[k] for k in ("num_workers", "worker_processes", "steps_per_second", "steps_per_second_incl_reset", "reset_seconds", "success_rate", "mean_episode_length", "groups_identical_at_reset")},
+        "scaling": [{k: r[k] for k in ("num_workers", "worker_processes", "steps_per_second", "speedup_vs_first", "success_rate")} for r in results],
     }
     if args.env == "search":
         from agent_system.environments.env_package.search.throughput import measure_builtin_server

@@ -42,6 +42,15 @@ def test_json_line_of_an_expert_run(env_name):
     assert result["groups_identical_at_reset"] is True
     assert 1.0 <= result["mean_episode_length"] <= 15
     assert [s["num_workers"] for s in result["scaling"]] == [0]
+    assert result["worker_processes"] == 0  # cheap environments step in-process
+
+
+def test_scaling_reports_the_worker_processes_that_ran():
+    proc = bench("--env", "sokoban", "--num-envs", "8", "--group-size", "4", "--rounds", "1", "--num-workers", "0", "2", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    assert [(s["num_workers"], s["worker_processes"]) for s in result["scaling"]] == [(0, 0), (2, 2)]
+    assert result["scaling"][0]["speedup_vs_first"] == 1.0 and result["scaling"][1]["success_rate"] == 1.0
 
 
 def test_groups_identical_detects_a_differing_copy(bench_module):
