@@ -134,3 +134,30 @@ def test_rollout_logs_the_purchase_score_as_task_score():
     assert expert.metrics["task_score/mean"] == 1.0 and expert.metrics["success_rate"] == 1.0
     garbage = TrajectoryCollector().collect(envs, GarbageGenerator(), SamplingParams(), seeds=[3, 4])
     assert garbage.metrics["task_score/mean"] == 0.0 and garbage.metrics["success_rate"] == 0.0
+
+
+def test_validation_goals_ask_for_held_out_products():
+    from agent_system.environments.config import env_config_from_mapping
+    from agent_system.environments.env_package.webshop.manager import WebshopEnvironmentManager
+
+    def goal_asins(shop, sessions):
+        asins = set()
+        for s in sessions:
+            shop.reset(session=s)
+            asins.add(shop.goal.asin)
+        return asins
+
+    train = goal_asins(BuiltinShopTextEnv(num_products=200, split="train"), range(1000))
+    val = goal_asins(BuiltinShopTextEnv(num_products=200, split="val"), range(10_000, 10_400))
+    assert len(train) == 160 and len(val) == 40 and not train & val  # 20% of the products, never a training goal
+    # the validation manager's episodes are drawn from the held-out products, and the shop still sells everything
+    config = env_config_from_mapping({"env_name": "webshop", "rollout": {"n": 2}})
+    envs = WebshopEnvironmentManager(config, num_tasks=3, split="val")
+    envs.reset()
+    assert {env.shop.goal.asin for env in envs.pool.envs} <= val
+    assert len(envs.pool.envs[0].shop.products) == 200
+    while envs.active.any():
+        envs.step([f"<action>{a}</action>" if a else "" for a in envs.expert_actions(range(envs.num_envs))])
+    assert envs.success_evaluator()["success"].all()
+    with pytest.raises(ValueError, match="at least 5 products"):
+        BuiltinShopTextEnv(num_products=3)

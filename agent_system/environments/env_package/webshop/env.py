@@ -26,11 +26,11 @@ def _real_webshop_env(num_products: int | None, use_small: bool):
 
 
 class WebshopEnv(AgentEnv):
-    def __init__(self, use_builtin_shop: bool = True, num_products: int = 200, use_small: bool = True, seed: int = 0):
+    def __init__(self, use_builtin_shop: bool = True, num_products: int = 200, use_small: bool = True, seed: int = 0, split: str = "train"):
         if use_builtin_shop:
             from agent_system.environments.env_package.webshop.shop import BuiltinShopTextEnv
 
-            self.shop = BuiltinShopTextEnv(num_products=num_products, seed=seed)
+            self.shop = BuiltinShopTextEnv(num_products=num_products, seed=seed, split=split)
         else:
             self.shop = _real_webshop_env(num_products, use_small)
         self._task = ""

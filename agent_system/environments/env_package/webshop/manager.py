@@ -19,7 +19,7 @@ class WebshopEnvironmentManager(EnvironmentManagerBase):
         w = config.webshop
         return EnvSpec(
             "agent_system.environments.env_package.webshop.env:WebshopEnv",
-            {"use_builtin_shop": w.use_builtin_shop, "num_products": w.num_products, "use_small": w.use_small, "seed": config.seed},
+            {"use_builtin_shop": w.use_builtin_shop, "num_products": w.num_products, "use_small": w.use_small, "seed": config.seed, "split": split},
         )
 
     def parse_action(self, action_text: str, info: Mapping[str, Any]) -> tuple[str, bool]:

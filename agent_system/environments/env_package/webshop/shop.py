@@ -32,19 +32,35 @@ def _catalog_and_index(num_products: int, seed: int):
     return products, index
 
 
+VAL_PRODUCT_EVERY = 5  # every 5th product of the catalogue is a validation-only goal product
+
+
+def goal_products(products: list[Product], split: str) -> list[Product]:
+    """The products goals of ``split`` are drawn from: validation goals ask for held-out products (every
+    ``VAL_PRODUCT_EVERY``-th, 20%) that no training goal asks for; the shop itself sells every product."""
+    if split not in ("train", "val"):
+        raise ValueError(f"split={split!r} must be 'train' or 'val'")
+    held_out = [p for i, p in enumerate(products) if i % VAL_PRODUCT_EVERY == VAL_PRODUCT_EVERY - 1]
+    if not held_out:
+        raise ValueError(f"the built-in shop needs at least {VAL_PRODUCT_EVERY} products (env.webshop.num_products) to hold some out for validation")
+    held = {p.asin for p in held_out}
+    return held_out if split == "val" else [p for p in products if p.asin not in held]
+
+
 class BuiltinShopTextEnv:
-    def __init__(self, num_products: int = 200, seed: int = 0):
+    def __init__(self, num_products: int = 200, seed: int = 0, split: str = "train"):
         import bm25s
 
         self._bm25s = bm25s
         self.products, self._index = _catalog_and_index(num_products, seed)
+        self._goal_products = goal_products(self.products, split)
         self._by_asin = {p.asin.lower(): p for p in self.products}
         self.seed = seed
         self.goal: Goal | None = None
 
     # ----- WebAgentTextEnv interface -----
     def reset(self, session: int = 0):
-        self.goal = generate_goal(self.products, int(session), self.seed)
+        self.goal = generate_goal(self._goal_products, int(session), self.seed)
         self.instruction_text = self.goal.instruction
         self._page = "search"
         self._results: list[Product] = []
