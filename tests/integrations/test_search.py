@@ -141,12 +141,34 @@ def faulty_server():
     def garbled():
         return {"unexpected": True}
 
+    @app.post("/not_documents")
+    def not_documents():
+        return {"result": [["a passage as a bare string"]]}
+
+    @app.post("/not_a_list")
+    def not_a_list():
+        return {"result": [7]}
+
+    @app.post("/bad_document_field")
+    def bad_document_field():
+        return {"result": [[{"document": "not an object", "score": 1.0}]]}
+
     server, port = _serve_stub(app)
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
 
 
-@pytest.mark.parametrize("endpoint, message", [("/slow", "timed out"), ("/fail", "HTTP 500"), ("/garbled", "unreadable")])
+@pytest.mark.parametrize(
+    "endpoint, message",
+    [
+        ("/slow", "timed out"),
+        ("/fail", "HTTP 500"),
+        ("/garbled", "unreadable"),
+        ("/not_documents", "not lists of documents"),
+        ("/not_a_list", "not lists of documents"),
+        ("/bad_document_field", "not lists of documents"),
+    ],
+)
 def test_failing_server_gives_an_error_observation_and_the_episode_goes_on(search_dataset, faulty_server, endpoint, message):
     env = SearchEnv(search_dataset["train"], faulty_server + endpoint, topk=3, timeout_s=0.5)
     env.reset(0)

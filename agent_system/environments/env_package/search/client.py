@@ -30,7 +30,13 @@ class RetrievalClient:
             raise RetrievalError("retrieval server answered an unreadable body") from exc
         if not isinstance(result, list) or len(result) != len(queries):
             raise RetrievalError(f"retrieval server answered {len(result) if isinstance(result, list) else 'no'} result lists for {len(queries)} queries")
-        return [[d.get("document", d) for d in docs] for docs in result]
+        try:
+            documents = [[d.get("document", d) for d in docs] for docs in result]
+        except (AttributeError, TypeError) as exc:  # a result list that is not a list of document objects
+            raise RetrievalError("retrieval server answered result lists that are not lists of documents") from exc
+        if not all(isinstance(d, dict) for docs in documents for d in docs):
+            raise RetrievalError("retrieval server answered result lists that are not lists of documents")
+        return documents
 
     def close(self) -> None:
         self._http.close()
