@@ -64,13 +64,14 @@ def plot(runs: list[tuple[str, str]], output: str | Path, max_iteration: int | N
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     summary: dict = {}
-    for label, path in runs:
+    styles = ["-", "--", ":", "-."]  # overlapping runs stay distinguishable
+    for run_index, (label, path) in enumerate(runs):
         rows = load_run(path, max_iteration)
         summary[label] = {}
         for ax, (key, val_key, name) in zip(axes.flat, PANELS):
             x, y = series(rows, key)
             if x:
-                line, = ax.plot(x, smooth(y, window), label=label)
+                line, = ax.plot(x, smooth(y, window), styles[run_index % len(styles)], label=label, linewidth=2)
                 summary[label][key] = dict(zip(x, y))
                 colour = line.get_color()
             else:
@@ -78,7 +79,7 @@ def plot(runs: list[tuple[str, str]], output: str | Path, max_iteration: int | N
             if val_key:
                 vx, vy = series(rows, val_key)
                 if vx:
-                    ax.plot(vx, vy, "o--", color=colour, alpha=0.8, label=f"{label} (validation)")
+                    ax.plot(vx, vy, "o", color=colour, markersize=8, alpha=0.8, label=f"{label} (validation)")
                     summary[label][val_key] = dict(zip(vx, vy))
             ax.set_title(name)
             ax.set_xlabel("iteration")

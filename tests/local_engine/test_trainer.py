@@ -139,3 +139,37 @@ def test_dynamic_sampling_reports_its_rounds(tmp_path, taught_policy, compose_cf
     metrics = trainer.train_iteration(0)
     assert 1 <= metrics["dynamic_sampling/num_gen_batches"] <= 2
     assert np.isfinite(metrics["actor/pg_loss"])
+
+
+def test_lora_trains_adapters_only_and_the_reference_is_the_base_model(tmp_path, tokenizer, make_tiny, compose_cfg,
+                                                                       run_overrides):
+    from recipe.forge.engines.local.checkpoint import load_checkpoint
+    from recipe.forge.engines.local.model_loading import PolicyConfig, build_policy
+
+    def lora_policy():
+        # o_proj and down_proj: the fixture model routes everything through them (its own weights there are 0).
+        return build_policy(PolicyConfig(path="tiny", lora_rank=4, lora_alpha=8, target_modules=["o_proj", "down_proj"]),
+                            model=make_tiny(seed=0), tokenizer=tokenizer)
+
+    policy = lora_policy()
+    cfg = compose_cfg(run_overrides(tmp_path) + ["trainer.save_freq=1"])
+    trainer = make_trainer(cfg, policy)
+    base_before = {n: p.detach().clone() for n, p in policy.model.named_parameters() if "lora_" not in n}
+    trainer.fit()
+    names = [n for n, p in policy.model.named_parameters() if p.requires_grad]
+    assert names and all("lora_" in n for n in names)
+    assert all(torch.equal(p, base_before[n]) for n, p in policy.model.named_parameters() if "lora_" not in n)
+
+    rollout = trainer.collector.collect(trainer.train_envs, trainer.generator, trainer.sampling())
+    batch = build_step_batch(rollout, tokenizer.pad_token_id, 0.95, 0.1)
+    with policy.reference_context():
+        ref = trainer.updater.log_probs(policy.reference_model(), batch.packed)
+    fresh = make_tiny(seed=0)  # the base model the adapters were added to
+    assert torch.allclose(ref, trainer.updater.log_probs(fresh, batch.packed), atol=1e-5)
+    tuned = trainer.updater.log_probs(policy.model, batch.packed)
+    assert not torch.allclose(ref, tuned, atol=1e-6)  # the adapters changed the policy
+
+    restored = lora_policy()
+    load_checkpoint(tmp_path / "global_step_1", policy=restored, optimizer=torch.optim.AdamW(
+        restored.trainable_parameters()), rng={})
+    assert torch.allclose(trainer.updater.log_probs(restored.model, batch.packed), tuned, atol=1e-6)
