@@ -125,6 +125,7 @@ class EnvironmentManagerBase:
     prompt_builder: ClassVar[Callable[[PromptContext], str]]
     heavy: ClassVar[bool] = False  # True: environments run in worker processes with a per-step timeout
     has_task_types: ClassVar[bool] = False  # True: success is also reported per info["task_type"]
+    default_max_steps: ClassVar[int] = 15  # the environment's standard episode limit (env.max_steps=null)
 
     def __init__(self, config: EnvConfig, num_tasks: int, split: str, env_name: str | None = None, pool: Any = None):
         from agent_system.workers import make_pool
@@ -139,7 +140,7 @@ class EnvironmentManagerBase:
         self.num_tasks = num_tasks
         self.group_n = config.rollout.n
         self.num_envs = num_tasks * self.group_n
-        self.max_steps = config.max_steps
+        self.max_steps = self.resolve_max_steps(config)
         self.pool = pool if pool is not None else make_pool(self.env_spec(config, split), self.num_envs, config.resources_per_worker, heavy=self.heavy)
         self.memory: BaseMemory = make_memory(config.memory, self.num_envs, self.memory_kind())
         self._train_rng = np.random.default_rng(config.seed)
@@ -147,6 +148,16 @@ class EnvironmentManagerBase:
         self._reset_state()
 
     # ----- hooks for subclasses -----
+    @classmethod
+    def standard_max_steps(cls, config: EnvConfig) -> int:
+        """The step limit this environment is usually run with (ALFWorld 50, WebShop 15, ...)."""
+        return cls.default_max_steps
+
+    @classmethod
+    def resolve_max_steps(cls, config: EnvConfig) -> int:
+        """``env.max_steps`` when set, else the environment's standard limit."""
+        return config.max_steps if config.max_steps is not None else cls.standard_max_steps(config)
+
     @classmethod
     def env_spec(cls, config: EnvConfig, split: str) -> EnvSpec:
         """The environment to build for ``split`` ("train" or "val")."""

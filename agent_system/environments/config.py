@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from agent_system.config_checks import ConfigError, check_choice, check_int, check_range
 
@@ -86,7 +86,7 @@ class AppworldConfig:
 class EnvConfig:
     env_name: str = "sokoban"
     seed: int = 0
-    max_steps: int = 15
+    max_steps: Optional[int] = None  # None: the environment's standard limit (manager.standard_max_steps)
     history_length: int = 2
     memory: str = "simple"  # simple | search | none
     require_think: bool = False  # True: <think>...</think> is required for a valid action
@@ -104,7 +104,8 @@ class EnvConfig:
     def validate(self, known_env_names: list[str]) -> None:
         check_choice("env.env_name", self.env_name, known_env_names)
         check_int("env.seed", self.seed, 0)
-        check_int("env.max_steps", self.max_steps, 1)
+        if self.max_steps is not None:
+            check_int("env.max_steps", self.max_steps, 1)
         check_int("env.history_length", self.history_length, 0)
         check_choice("env.memory", self.memory, ["simple", "search", "none"])
         check_int("env.rollout.n", self.rollout.n, 1)

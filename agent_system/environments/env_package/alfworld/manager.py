@@ -12,6 +12,7 @@ class AlfworldEnvironmentManager(EnvironmentManagerBase):
     """Train on the ``train`` split; validate on ``env.alfworld.eval_dataset``. Games come from the official
     data (``env.alfworld.data_path`` or $ALFWORLD_DATA) or, when there is none, from the offline generator
     (cached under ``env.alfworld.generated_games_dir``). Task types are logged as success/<type>."""
+    default_max_steps = 50
 
     prompt_builder = staticmethod(alfworld_prompt.build_prompt)
     heavy = True

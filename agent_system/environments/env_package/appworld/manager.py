@@ -11,6 +11,7 @@ from agent_system.environments.prompts import appworld as appworld_prompt
 
 
 class AppworldEnvironmentManager(EnvironmentManagerBase):
+    default_max_steps = 30
     prompt_builder = staticmethod(appworld_prompt.build_prompt)
     heavy = True
 

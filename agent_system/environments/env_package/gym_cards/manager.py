@@ -7,6 +7,13 @@ from agent_system.environments.config import EnvConfig
 from agent_system.environments.prompts import gym_cards as gym_cards_prompt
 
 _PKG = "agent_system.environments.env_package.gym_cards"
+# standard episode limits (REFERENCE.md §2; Points24 is ours: enough for a formula of four cards with retries)
+STANDARD_MAX_STEPS = {
+    "gym_cards/NumberLine-v0": 10,
+    "gym_cards/EZPoints-v0": 8,
+    "gym_cards/Points24-v0": 20,
+    "gym_cards/Blackjack-v0": 15,
+}
 GAMES = {
     "gym_cards/NumberLine-v0": f"{_PKG}.number_line:NumberLineEnv",
     "gym_cards/EZPoints-v0": f"{_PKG}.points:EZPointsEnv",
@@ -18,6 +25,10 @@ GAMES = {
 class GymCardsEnvironmentManager(EnvironmentManagerBase):
     prompt_builder = staticmethod(gym_cards_prompt.build_prompt)
     heavy = False
+
+    @classmethod
+    def standard_max_steps(cls, config: EnvConfig) -> int:
+        return STANDARD_MAX_STEPS.get(config.env_name, cls.default_max_steps)
 
     @classmethod
     def env_spec(cls, config: EnvConfig, split: str) -> EnvSpec:

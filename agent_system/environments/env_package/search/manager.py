@@ -55,6 +55,7 @@ def resolve_data(config: EnvConfig, split: str) -> tuple[str, str]:
 class SearchEnvironmentManager(EnvironmentManagerBase):
     """In-process environments by default, with the step's searches sent as one batch (BatchedSearchPool);
     ``env.resources_per_worker.num_workers > 0`` spreads them over worker processes instead."""
+    default_max_steps = 10
 
     prompt_builder = staticmethod(search_prompt.build_prompt)
     heavy = False

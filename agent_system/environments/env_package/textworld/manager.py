@@ -9,6 +9,7 @@ from agent_system.environments.prompts import textworld as textworld_prompt
 
 
 class TextworldEnvironmentManager(EnvironmentManagerBase):
+    default_max_steps = 50
     prompt_builder = staticmethod(textworld_prompt.build_prompt)
     heavy = False
 

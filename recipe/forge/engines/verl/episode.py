@@ -86,7 +86,7 @@ class EpisodeSession:
 
     @property
     def max_steps(self) -> int:
-        return int(self._config.max_steps)
+        return self._manager_class.resolve_max_steps(self._config)
 
     async def _call(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(environment_executor(), fn, *args)
