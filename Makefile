@@ -10,7 +10,7 @@ venv:
 	@bash scripts/ensure_venv.sh
 
 demo: venv
-	$(PY) -m recipe.forge.main_forge $(ARGS)
+	$(PY) -m recipe.forge.main_forge +experiment=main_job $(ARGS)
 
 test: venv
 	$(PY) -m pytest tests $(PYTEST_ARGS)
