@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -134,7 +135,7 @@ class Policy:
         """Context manager under which :meth:`reference_model` computes reference log-probs."""
         if self.uses_lora:
             return self.model.disable_adapter()
-        return _nullcontext()
+        return contextlib.nullcontext()
 
     def reference_model(self) -> nn.Module:
         if self.uses_lora:
@@ -171,14 +172,6 @@ class Policy:
         if missing or unexpected:
             raise RuntimeError(f"checkpoint {directory} does not match the model: missing {missing[:5]}, "
                                f"unexpected {unexpected[:5]}")
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _tied_parameter_names(model: nn.Module) -> set[str]:
