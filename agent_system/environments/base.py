@@ -143,7 +143,8 @@ class EnvironmentManagerBase:
         self.max_steps = self.resolve_max_steps(config)
         self.pool = pool if pool is not None else make_pool(self.env_spec(config, split), self.num_envs, config.resources_per_worker, heavy=self.heavy)
         self.memory: BaseMemory = make_memory(config.memory, self.num_envs, self.memory_kind())
-        self._train_rng = np.random.default_rng(config.seed)
+        # the training-task sampler: public so that trainers can checkpoint it for an exact resume
+        self.task_rng = np.random.default_rng(config.seed)
         self.resets = 0
         self._reset_state()
 
@@ -193,7 +194,7 @@ class EnvironmentManagerBase:
         the same held-out tasks at every validation pass."""
         if self.split == "val":
             return self.config.val_seed_offset + np.arange(self.num_tasks, dtype=np.int64)
-        return self._train_rng.integers(0, self.config.val_seed_offset, size=self.num_tasks, dtype=np.int64)
+        return self.task_rng.integers(0, self.config.val_seed_offset, size=self.num_tasks, dtype=np.int64)
 
     # ----- episode driving -----
     def _reset_state(self) -> None:

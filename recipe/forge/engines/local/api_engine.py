@@ -148,11 +148,9 @@ class PromptOnlyRunner:
         path = checkpoint_dir(self.output_dir, iteration)
         path.mkdir(parents=True, exist_ok=True)
         self.experience.save(path / "library")
-        rng = getattr(self.train_envs, "_train_rng", None)
-        if rng is not None:
-            import json
+        import json
 
-            (path / "env_rng.json").write_text(json.dumps(rng.bit_generator.state))
+        (path / "env_rng.json").write_text(json.dumps(self.train_envs.task_rng.bit_generator.state))
         (path / "trainer_state.json").write_text(f'{{"iteration": {iteration}}}')
         (self.output_dir / LATEST).write_text(str(iteration))
 
@@ -168,9 +166,8 @@ class PromptOnlyRunner:
         if path is None:
             return 0
         self.experience.load(path / "library")
-        rng = getattr(self.train_envs, "_train_rng", None)
-        if rng is not None and (path / "env_rng.json").exists():
-            rng.bit_generator.state = json.loads((path / "env_rng.json").read_text())
+        if (path / "env_rng.json").exists():
+            self.train_envs.task_rng.bit_generator.state = json.loads((path / "env_rng.json").read_text())
         return int(json.loads((path / "trainer_state.json").read_text())["iteration"])
 
     def fit(self) -> list[dict[str, float]]:

@@ -151,11 +151,7 @@ class LocalTrainer:
         return out[0].text
 
     def _rng_handles(self) -> dict[str, Any]:
-        handles: dict[str, Any] = {"sampler": self.sample_rng, "shuffle": self.shuffle_rng}
-        env_rng = getattr(self.train_envs, "_train_rng", None)
-        if env_rng is not None:
-            handles["env_tasks"] = env_rng
-        return handles
+        return {"sampler": self.sample_rng, "shuffle": self.shuffle_rng, "env_tasks": self.train_envs.task_rng}
 
     def sampling(self, validation: bool = False) -> SamplingParams:
         s = self.settings
