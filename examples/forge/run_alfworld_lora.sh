@@ -1,70 +1,32 @@
 #!/usr/bin/env bash
 # SLEA-RL on ALFWorld with LoRA adapters (rank 64) on a 7B model: the actor trains only the adapters, vLLM
-# serves the base model plus the adapter synced each iteration (verl 0.9.1).
-# Seed settings: max_steps 50, gamma 0.95, step_advantage_w 1.0; 16 tasks x G=8 per iteration.
+# serves the base model plus the adapter synced each iteration (verl 0.9.1). Everything else is
+# examples/forge/run_alfworld.sh's, through the shared examples/common/alfworld_base.sh.
 # Usage: bash examples/forge/run_alfworld_lora.sh [extra Hydra overrides]
 #   MODEL=/path/or/hub-id N_GPUS=8 bash examples/forge/run_alfworld_lora.sh
 set -euo pipefail
 
 MODEL=${MODEL:-Qwen/Qwen2.5-7B-Instruct}
-N_GPUS=${N_GPUS:-8}
-TP=${TP:-2}
-ALFWORLD_DATA=${ALFWORLD_DATA:-}
+source "$(dirname "${BASH_SOURCE[0]}")/../common/alfworld_base.sh"
 
 python3 -m recipe.forge.main_forge \
-    trainer.engine=verl \
+    "${ALFWORLD_BASE[@]}" \
+    "${ALFWORLD_KL_LOSS[@]}" \
     algorithm.adv_estimator=forge \
-    algorithm.gamma=0.95 \
-    algorithm.invalid_action_penalty_coef=0.1 \
     algorithm.forge.step_advantage_w=1.0 \
     algorithm.forge.mode=mean_norm \
     algorithm.forge.retrieval_mode=observation \
     algorithm.forge.top_k_golden=2 \
     algorithm.forge.top_k_warning=1 \
     algorithm.forge.checkpoint_dir=checkpoints/slea_rl/forge_alfworld_lora/library \
-    env.env_name=alfworld/AlfredTWEnv \
-    env.max_steps=50 \
-    env.history_length=2 \
-    env.rollout.n=8 \
     env.resources_per_worker.num_cpus=0.1 \
-    env.alfworld.data_path="$ALFWORLD_DATA" \
-    data.train_batch_size=16 \
-    data.val_batch_size=128 \
-    data.max_prompt_length=2048 \
-    data.max_response_length=512 \
-    actor_rollout_ref.rollout.prompt_length=2048 \
-    actor_rollout_ref.rollout.response_length=512 \
-    actor_rollout_ref.model.path="$MODEL" \
-    actor_rollout_ref.model.use_remove_padding=True \
-    actor_rollout_ref.model.enable_gradient_checkpointing=True \
     actor_rollout_ref.model.lora_rank=64 \
     actor_rollout_ref.model.lora_alpha=32 \
     actor_rollout_ref.model.target_modules=all-linear \
     actor_rollout_ref.rollout.load_format=safetensors \
     actor_rollout_ref.rollout.layered_summon=True \
     actor_rollout_ref.actor.optim.lr=3e-6 \
-    actor_rollout_ref.actor.ppo_mini_batch_size=16 \
-    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32 \
-    actor_rollout_ref.actor.use_kl_loss=True \
-    actor_rollout_ref.actor.kl_loss_coef=0.01 \
-    actor_rollout_ref.actor.kl_loss_type=low_var_kl \
-    actor_rollout_ref.actor.loss_agg_mode=token-mean \
     actor_rollout_ref.actor.fsdp_config.param_offload=False \
     actor_rollout_ref.actor.fsdp_config.optimizer_offload=False \
-    actor_rollout_ref.rollout.name=vllm \
-    actor_rollout_ref.rollout.tensor_model_parallel_size="$TP" \
-    actor_rollout_ref.rollout.gpu_memory_utilization=0.6 \
-    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32 \
-    actor_rollout_ref.rollout.val_kwargs.temperature=0.4 \
-    actor_rollout_ref.rollout.val_kwargs.do_sample=True \
-    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32 \
-    trainer.logger='[console,wandb]' \
-    trainer.project_name=slea_rl \
     trainer.experiment_name=forge_alfworld_qwen2.5_7b_lora \
-    trainer.n_gpus_per_node="$N_GPUS" \
-    trainer.nnodes=1 \
-    trainer.save_freq=50 \
-    trainer.test_freq=5 \
-    trainer.total_epochs=1 \
-    trainer.total_training_steps=150 \
     "$@"
