@@ -1,7 +1,7 @@
 """Action projection: a model response -> the action text and whether the response is well formed.
 
 A well-formed response holds exactly one complete ``<action>...</action>`` block with non-empty content
-and no tags nested inside; with ``require_think`` it also needs one complete ``<think>...</think>`` block
+and no tags nested inside (any content holding both ``<`` and ``>``, even ``<>``, counts as a nested tag); with ``require_think`` it also needs one complete ``<think>...</think>`` block
 before the action. Anything else is an invalid action (the text inside the last ``<action>`` tag, or the
 whole response, is still passed on so the environment can treat it as a no-op). This never raises.
 """
@@ -55,7 +55,7 @@ def parse_tagged_response(text: str | None, require_think: bool = False, action_
     reason = None
     if len(blocks) > 1 or n_open != 1 or n_close != 1:
         reason = f"expected exactly one <{action_tag}> block"
-    elif _TAG.search(inner):
+    elif _TAG.search(inner) or ("<" in inner and ">" in inner):
         reason = f"tags nested inside <{action_tag}>"
     elif not action:
         reason = f"empty <{action_tag}>"

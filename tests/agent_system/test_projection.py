@@ -28,6 +28,8 @@ from agent_system.environments.projection import parse_tagged_response
         ("<action>up</action><action>down</action>", False, "down", False),  # two blocks
         ("</action>up<action>", False, "", False),
         ("<action>go <b>north</b></action>", False, "go <b>north</b>", False),  # tags inside
+        ("<action><></action>", False, "<>", False),  # an empty tag inside (found by hypothesis in CI)
+        ("<action>a > b</action>", False, "a > b", True),  # a lone bracket is text
         ("<think>x</think>\n<action>go to cabinet 1</action>", True, "go to cabinet 1", True),
     ],
 )
