@@ -2,19 +2,22 @@
 # run on its own. Same environment settings as SLEA-RL's examples/forge/run_alfworld.sh: max_steps 50,
 # gamma 0.95, 16 tasks x G=8, Qwen2.5-1.5B-Instruct, vLLM rollout, validation at temperature 0.4.
 #
-# Environment variables: MODEL (HF folder or hub id), N_GPUS (GPUs per node), TP (vLLM tensor parallel size),
-# ALFWORLD_DATA (official games; empty: the offline generated games).
+# Environment variables: MODEL (HF folder or hub id), ALFWORLD_DATA (official games; empty: the offline generated
+# games), and N_GPUS, TP from examples/common/verl_defaults.sh (sourced here).
 #
-# ALFWORLD_BASE: the overrides every baseline shares. ALFWORLD_KL_LOSS: the KL-regularised token-mean loss of
-# GRPO, GiGPO, RLOO and PPO (DAPO and GSPO set their own loss). A baseline adds its estimator and loss settings
-# and its experiment name after these; extra command-line overrides go last and win.
+# ALFWORLD_BASE: the overrides every baseline shares, verl_defaults.sh's VERL_VLLM_ROLLOUT and VERL_TRAINER
+# included. GRPO, GiGPO, RLOO, PPO and SLEA-RL add verl_defaults.sh's VERL_KL_LOSS (DAPO and GSPO set their own
+# loss). A baseline adds its estimator and loss settings and its experiment name after these; extra
+# command-line overrides go last and win.
+
+source "$(dirname "${BASH_SOURCE[0]}")/verl_defaults.sh"
 
 MODEL=${MODEL:-Qwen/Qwen2.5-1.5B-Instruct}
-N_GPUS=${N_GPUS:-8}
-TP=${TP:-2}
 ALFWORLD_DATA=${ALFWORLD_DATA:-}
 
 ALFWORLD_BASE=(
+    "${VERL_VLLM_ROLLOUT[@]}"
+    "${VERL_TRAINER[@]}"
     trainer.engine=verl
     algorithm.gamma=0.95
     algorithm.invalid_action_penalty_coef=0.1
@@ -35,26 +38,8 @@ ALFWORLD_BASE=(
     actor_rollout_ref.actor.optim.lr=1e-6
     actor_rollout_ref.actor.ppo_mini_batch_size=16
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32
-    actor_rollout_ref.rollout.name=vllm
-    actor_rollout_ref.rollout.tensor_model_parallel_size="$TP"
-    actor_rollout_ref.rollout.gpu_memory_utilization=0.6
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32
-    actor_rollout_ref.rollout.val_kwargs.temperature=0.4
-    actor_rollout_ref.rollout.val_kwargs.do_sample=True
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32
-    trainer.logger='[console,wandb]'
-    trainer.project_name=slea_rl
-    trainer.n_gpus_per_node="$N_GPUS"
-    trainer.nnodes=1
-    trainer.save_freq=50
     trainer.test_freq=5
-    trainer.total_epochs=1
     trainer.total_training_steps=150
-)
-
-ALFWORLD_KL_LOSS=(
-    actor_rollout_ref.actor.use_kl_loss=True
-    actor_rollout_ref.actor.kl_loss_coef=0.01
-    actor_rollout_ref.actor.kl_loss_type=low_var_kl
-    actor_rollout_ref.actor.loss_agg_mode=token-mean
 )

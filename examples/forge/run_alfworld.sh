@@ -10,7 +10,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../common/alfworld_base.sh"
 
 python3 -m recipe.forge.main_forge \
     "${ALFWORLD_BASE[@]}" \
-    "${ALFWORLD_KL_LOSS[@]}" \
+    "${VERL_KL_LOSS[@]}" \
     algorithm.adv_estimator=forge \
     algorithm.forge.step_advantage_w=1.0 \
     algorithm.forge.mode=mean_norm \

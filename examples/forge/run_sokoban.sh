@@ -3,13 +3,18 @@
 # Seed settings: max_steps 15, gamma 0.95, step_advantage_w 1.0. The observation is an RGB image of the room
 # (env.sokoban.mode=rgb_array); the anchor observation used for retrieval and step groups is the room's text
 # grid. For a text-only model use env.sokoban.mode=text and an instruct LLM.
+# The settings every verl example shares (KL loss, vLLM rollout, trainer; N_GPUS, TP) are in
+# examples/common/verl_defaults.sh.
 set -euo pipefail
 
+source "$(dirname "${BASH_SOURCE[0]}")/../common/verl_defaults.sh"
+
 MODEL=${MODEL:-Qwen/Qwen2.5-VL-3B-Instruct}
-N_GPUS=${N_GPUS:-8}
-TP=${TP:-2}
 
 python3 -m recipe.forge.main_forge \
+    "${VERL_KL_LOSS[@]}" \
+    "${VERL_VLLM_ROLLOUT[@]}" \
+    "${VERL_TRAINER[@]}" \
     trainer.engine=verl \
     algorithm.adv_estimator=forge \
     algorithm.gamma=0.95 \
@@ -37,25 +42,10 @@ python3 -m recipe.forge.main_forge \
     actor_rollout_ref.actor.optim.lr=1e-6 \
     actor_rollout_ref.actor.ppo_mini_batch_size=32 \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16 \
-    actor_rollout_ref.actor.use_kl_loss=True \
-    actor_rollout_ref.actor.kl_loss_coef=0.01 \
-    actor_rollout_ref.actor.kl_loss_type=low_var_kl \
-    actor_rollout_ref.actor.loss_agg_mode=token-mean \
-    actor_rollout_ref.rollout.name=vllm \
-    actor_rollout_ref.rollout.tensor_model_parallel_size="$TP" \
-    actor_rollout_ref.rollout.gpu_memory_utilization=0.6 \
     actor_rollout_ref.rollout.enable_chunked_prefill=False \
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16 \
-    actor_rollout_ref.rollout.val_kwargs.temperature=0.4 \
-    actor_rollout_ref.rollout.val_kwargs.do_sample=True \
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16 \
-    trainer.logger='[console,wandb]' \
-    trainer.project_name=slea_rl \
     trainer.experiment_name=forge_sokoban_qwen2.5_vl_3b \
-    trainer.n_gpus_per_node="$N_GPUS" \
-    trainer.nnodes=1 \
-    trainer.save_freq=50 \
     trainer.test_freq=5 \
-    trainer.total_epochs=1 \
     trainer.total_training_steps=150 \
     "$@"

@@ -16,6 +16,6 @@ python3 -m recipe.forge.main_forge \
     algorithm.filter_groups.enable=True \
     algorithm.filter_groups.metric=episode_return \
     algorithm.filter_groups.max_inflight_gen_batches=2 \
-    "${ALFWORLD_KL_LOSS[@]}" \
+    "${VERL_KL_LOSS[@]}" \
     trainer.experiment_name=gigpo_dynamic_alfworld_qwen2.5_1.5b \
     "$@"

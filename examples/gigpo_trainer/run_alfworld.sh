@@ -12,6 +12,6 @@ python3 -m recipe.forge.main_forge \
     algorithm.gigpo.step_advantage_w=1.0 \
     algorithm.gigpo.mode=mean_norm \
     algorithm.gigpo.enable_similarity=False \
-    "${ALFWORLD_KL_LOSS[@]}" \
+    "${VERL_KL_LOSS[@]}" \
     trainer.experiment_name=gigpo_alfworld_qwen2.5_1.5b \
     "$@"

@@ -10,6 +10,6 @@ python3 -m recipe.forge.main_forge \
     "${ALFWORLD_BASE[@]}" \
     algorithm.adv_estimator=grpo \
     algorithm.norm_adv_by_std_in_grpo=True \
-    "${ALFWORLD_KL_LOSS[@]}" \
+    "${VERL_KL_LOSS[@]}" \
     trainer.experiment_name=grpo_alfworld_qwen2.5_1.5b \
     "$@"

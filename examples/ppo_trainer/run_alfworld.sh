@@ -15,6 +15,6 @@ python3 -m recipe.forge.main_forge \
     critic.ppo_micro_batch_size_per_gpu=32 \
     critic.model.enable_gradient_checkpointing=True \
     trainer.critic_warmup=0 \
-    "${ALFWORLD_KL_LOSS[@]}" \
+    "${VERL_KL_LOSS[@]}" \
     trainer.experiment_name=ppo_alfworld_qwen2.5_1.5b \
     "$@"

@@ -9,6 +9,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/../common/alfworld_base.sh"
 python3 -m recipe.forge.main_forge \
     "${ALFWORLD_BASE[@]}" \
     algorithm.adv_estimator=rloo \
-    "${ALFWORLD_KL_LOSS[@]}" \
+    "${VERL_KL_LOSS[@]}" \
     trainer.experiment_name=rloo_alfworld_qwen2.5_1.5b \
     "$@"
