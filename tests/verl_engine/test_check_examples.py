@@ -49,10 +49,10 @@ def test_every_example_script_composes_and_validates():
 )
 def test_a_broken_script_fails_with_the_key_named(check_examples, capsys, tmp_path, override, message):
     good = (REPO / "examples" / "forge" / "run_alfworld.sh").read_text()
-    # the script sources ../common/alfworld_base.sh: keep that layout beside the broken copy
+    # the script sources ../common/alfworld_base.sh, which sources verl_defaults.sh: keep that layout beside the
+    # broken copy
     (tmp_path / "examples" / "forge").mkdir(parents=True)
-    (tmp_path / "examples" / "common").mkdir()
-    shutil.copy(REPO / "examples" / "common" / "alfworld_base.sh", tmp_path / "examples" / "common")
+    shutil.copytree(REPO / "examples" / "common", tmp_path / "examples" / "common")
     broken = tmp_path / "examples" / "forge" / "broken.sh"
     broken.write_text(good.replace('    "$@"', f"    {override} \\\n    \"$@\""))
     assert check_examples.main(["-q", str(broken)]) == 1
