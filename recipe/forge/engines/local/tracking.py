@@ -2,13 +2,16 @@
 
 The JSONL file (``<output_dir>/metrics.jsonl``, one object per iteration with ``"iteration"``) is always
 written: scripts/plot_training.py reads it. TensorBoard and W&B are used when listed in ``trainer.logger``;
-W&B only when the ``wandb`` package is installed (otherwise a warning, not a crash).
+W&B only when the ``wandb`` package is installed (otherwise a warning, not a crash). The W&B run id is kept in
+``<output_dir>/wandb_run_id``, so a resumed run (``trainer.resume_mode``) continues the same W&B run instead of
+starting a new one. ``WANDB_MODE=offline`` works as usual (the run is synced later with ``wandb sync``).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import uuid
 import warnings
 from pathlib import Path
 from typing import Any
@@ -38,7 +41,17 @@ class MetricsTracker:
             except ImportError:
                 warnings.warn("trainer.logger lists wandb but the wandb package is not installed; skipping it")
             else:
-                self.wandb = wandb.init(project=project, name=experiment, config=config, resume="allow")
+                self.wandb = wandb.init(project=project, name=experiment, config=config, resume="allow",
+                                        id=self._wandb_run_id(resume))
+
+    def _wandb_run_id(self, resume: bool) -> str:
+        """The saved run id when resuming (and one was saved), otherwise a new one, saved for later resumes."""
+        id_file = self.path.parent / "wandb_run_id"
+        if resume and id_file.exists():
+            return id_file.read_text().strip()
+        run_id = uuid.uuid4().hex[:12]  # W&B accepts any letters and digits
+        id_file.write_text(run_id + "\n")
+        return run_id
 
     def truncate_after(self, iteration: int) -> None:
         """On resume: drop JSONL lines of iterations after the checkpoint (they will be rerun)."""
