@@ -82,3 +82,21 @@ def test_each_fault_fails_at_start_up_naming_key_and_value(override, fragments):
 def test_wrong_type_inside_algorithm_section_is_named():
     with pytest.raises(ConfigError, match="use_step_rewards"):
         validate_config(load("algorithm.forge.use_step_rewards=maybe"))
+
+
+def test_main_job_preset_is_valid_and_keeps_numberline_states_apart():
+    from recipe.forge.experience.index import ObservationIndex
+
+    preset = validate_config(load("+experiment=main_job"))
+    base = validate_config(load())
+    assert preset.env.env_name == "gym_cards/NumberLine-v0"
+    assert preset.algorithm.forge.min_library_size == base.algorithm.forge.min_library_size == 10  # the paper's gate
+    states = [f"Target: {t}\nCurrent: {c}" for t in range(4) for c in range(4) if t != c]
+
+    def clusters(forge) -> int:
+        index = ObservationIndex(forge.obs_similarity_threshold, exact=not forge.enable_clustering)
+        return len(set(index.assign_batch(states, iteration=0)))
+
+    assert clusters(preset.algorithm.forge) == 12  # one cluster per state: each lesson stays with its state
+    assert clusters(base.algorithm.forge) < 12  # the paper's 0.85 merges states one character apart
+    assert preset.algorithm.forge.novelty_threshold == 1.0  # lessons merge only when identical
