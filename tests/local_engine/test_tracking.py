@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -62,6 +63,7 @@ def test_wandb_offline_run_is_continued_on_resume(tmp_path, monkeypatch):
     (tmp_path / "wandb_dir").mkdir()
     first = MetricsTracker(tmp_path / "out", ["wandb"], "proj", "exp", config={"lr": 1e-5})
     run_id = first.wandb.id
+    first_log = Path(first.wandb.dir).parent / f"run-{run_id}.wandb"  # a resume in a later second gets its own folder
     first.log(1, {"success_rate": 0.25})
     first.log(2, {"success_rate": 0.75})  # W&B commits a step's row when the next step starts
     assert first.wandb.summary["success_rate"] == 0.25
@@ -78,6 +80,5 @@ def test_wandb_offline_run_is_continued_on_resume(tmp_path, monkeypatch):
     fresh.close()
     offline_runs = list((tmp_path / "wandb_dir" / "wandb").glob("offline-run-*"))
     assert {p.name.rsplit("-", 1)[-1] for p in offline_runs} == {run_id, fresh.wandb.id}
-    first_log = next((tmp_path / "wandb_dir" / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb"))
     assert b"success_rate" in first_log.read_bytes()  # the history reached the file `wandb sync` uploads
     assert wandb.run is None
