@@ -1,6 +1,10 @@
-"""Suite-wide test settings: GPU-only tests are skipped without CUDA; nothing may reach a model hub."""
+"""Suite-wide test settings: GPU-only tests are skipped without CUDA; nothing may reach a model hub. Also
+``load_script``: import a file of scripts/ as a module (scripts/ is not a package)."""
 
+import importlib.util
 import os
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -16,6 +20,22 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def import_script(filename: str):
+    """scripts/<filename> as a fresh module, registered in sys.modules (dataclasses look their module up there)."""
+    spec = importlib.util.spec_from_file_location(f"script_under_test_{Path(filename).stem}", SCRIPTS / filename)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    return import_script
 
 
 def pytest_collection_modifyitems(config, items):

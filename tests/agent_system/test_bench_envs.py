@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -23,11 +22,8 @@ def bench(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def bench_module():
-    spec = importlib.util.spec_from_file_location("bench_envs_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench_module(load_script):
+    return load_script("bench_envs.py")
 
 
 @pytest.mark.parametrize("env_name", ["sokoban", "gym_cards/NumberLine-v0"])

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "probe_experience_use.py"
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
-def probe_module():
-    spec = importlib.util.spec_from_file_location("probe_experience_use_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def probe_module(load_script):
+    return load_script("probe_experience_use.py")
 
 
 def test_the_lesson_is_the_rule_extractors_example_for_that_state_and_action(probe_module):

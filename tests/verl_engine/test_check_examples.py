@@ -15,14 +15,8 @@ SCRIPT = REPO / "scripts" / "check_examples.py"
 
 
 @pytest.fixture(scope="module")
-def check_examples():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("check_examples_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+def check_examples(load_script):
+    return load_script("check_examples.py")
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

@@ -11,14 +11,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_gpu_smoke_script_is_a_valid_run_config():
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location("check_examples_for_smoke", REPO / "scripts" / "check_examples.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+def test_gpu_smoke_script_is_a_valid_run_config(load_script):
+    module = load_script("check_examples.py")
     assert module.main(["-q", str(REPO / "scripts" / "gpu_smoke.sh")]) == 0
 
 
