@@ -9,7 +9,6 @@ import math
 import re
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 
@@ -21,6 +20,7 @@ from agent_system.environments.env_package.search.answers import exact_match, no
 from agent_system.environments.env_package.search.corpus import Passage, format_passages, load_corpus
 from agent_system.environments.env_package.search.env import INVALID_ACTION_OBS, SearchEnv
 from agent_system.environments.env_package.search.local_server import free_port
+from agent_system.testing.threaded_server import ThreadedServer
 from agent_system.environments.env_package.search.qa_data import load_qa
 
 pytestmark = pytest.mark.timeout(120)
@@ -108,19 +108,6 @@ def test_request_contract(retrieval_server):
     assert httpx.post(retrieval_server.url, json={"queries": ["zzzzqqq"], "topk": 2}, timeout=10).json() == {"result": [[]]}
 
 
-def _serve_stub(app):
-    import uvicorn
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return server, port
-
-
 @pytest.fixture(scope="module")
 def faulty_server():
     from fastapi import FastAPI
@@ -153,9 +140,8 @@ def faulty_server():
     def bad_document_field():
         return {"result": [[{"document": "not an object", "score": 1.0}]]}
 
-    server, port = _serve_stub(app)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
+    with ThreadedServer(app, log_level="error") as server:
+        yield server.base_url
 
 
 @pytest.mark.parametrize(

@@ -1,29 +1,19 @@
 """Prompt-only mode against a small OpenAI-compatible server started here, backed by a tiny local model."""
 
-import socket
-import threading
-import time
-
 import pytest
 
 from agent_system.multi_turn_rollout.protocols import SamplingParams
+from agent_system.testing.threaded_server import ThreadedServer
 from recipe.forge.engines.local.api_engine import ApiSettings, OpenAIGenerator, PromptOnlyRunner
 from recipe.forge.main_forge import validate
 
 pytestmark = pytest.mark.timeout(600)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def chat_server(tokenizer, make_tiny):
     """/v1/chat/completions over HFGenerator with a tiny answering model; cuts the stop string off the reply
     and names it in ``stop_reason`` like vLLM does, and records the requests it saw."""
-    import uvicorn
     from fastapi import FastAPI
 
     from recipe.forge.engines.local.generation import HFGenerator
@@ -50,16 +40,8 @@ def chat_server(tokenizer, make_tiny):
                              "stop_reason": matched}],
                 "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not server.started and time.time() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/v1", seen
-    server.should_exit = True
-    thread.join(timeout=10)
+    with ThreadedServer(app) as server:
+        yield f"{server.base_url}/v1", seen
 
 
 def test_openai_generator_restores_the_cut_stop_string(chat_server):
