@@ -68,3 +68,24 @@ def test_prompt_only_mode_evolves_the_library_without_updates(tmp_path, chat_ser
     assert last["api/requests"] == len(seen)
     assert (tmp_path / "global_step_2" / "library").exists()
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 2
+
+
+def test_prompt_only_mode_resumes_library_and_task_sampler(tmp_path, chat_server, compose_cfg, run_overrides):
+    url, _ = chat_server
+    api = ["trainer.engine=api", f"trainer.api.base_url={url}", "trainer.api.model=tiny", "trainer.test_freq=-1",
+           "trainer.save_freq=1"]
+
+    def run(folder, iterations, *extra):
+        cfg = compose_cfg(run_overrides(tmp_path / folder, iterations=iterations) + api + list(extra))
+        runner = PromptOnlyRunner(cfg, validate(cfg))
+        return runner, runner.fit()
+
+    straight, _ = run("a", 3)
+    run("b", 2)
+    resumed, history = run("b", 3, "trainer.resume_mode=auto")
+    assert [h["iteration"] for h in history] == [3]
+    # the library came back with its two evolutions (a fresh start would be at version 1 after one iteration)
+    assert history[0]["forge/library_version"] == 3
+    # the training tasks drawn continue the interrupted sequence: the samplers end in the same state
+    assert resumed.train_envs.task_rng.bit_generator.state == straight.train_envs.task_rng.bit_generator.state
+    assert (tmp_path / "b" / "global_step_2" / "rng.pt").exists()

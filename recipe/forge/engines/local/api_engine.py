@@ -132,43 +132,26 @@ class PromptOnlyRunner:
                               max_new_tokens=s.max_new_tokens, stop=("</action>",), do_sample=temperature > 0)
 
     def validate(self) -> dict[str, float]:
-        from recipe.forge.experience import ExperienceSystem
+        from recipe.forge.engines.local.validation import validation_metrics
 
-        view = ExperienceSystem.from_snapshot(self.experience.snapshot())
-        metrics = {}
-        for prefix, provider in (("val", view.provider), ("val_no_library", None)):
-            batch = self.collector.collect(self.val_envs, self.generator, self.sampling(True),
-                                           experience_provider=provider)
-            metrics.update({f"{prefix}/{k}": v for k, v in batch.metrics.items()})
-        return metrics
+        return validation_metrics(self.collector, self.val_envs, self.generator, self.sampling(True), self.experience)
 
     def _save(self, iteration: int) -> None:
-        from recipe.forge.engines.local.checkpoint import LATEST, checkpoint_dir
+        """The library, the task sampler and the iteration, in the embedded trainer's checkpoint layout."""
+        from recipe.forge.engines.local.checkpoint import save_checkpoint
 
-        path = checkpoint_dir(self.output_dir, iteration)
-        path.mkdir(parents=True, exist_ok=True)
-        self.experience.save(path / "library")
-        import json
-
-        (path / "env_rng.json").write_text(json.dumps(self.train_envs.task_rng.bit_generator.state))
-        (path / "trainer_state.json").write_text(f'{{"iteration": {iteration}}}')
-        (self.output_dir / LATEST).write_text(str(iteration))
+        save_checkpoint(self.output_dir, iteration, rng={"env_tasks": self.train_envs.task_rng},
+                        experience=self.experience)
 
     def _resume(self) -> int:
-        import json
+        from recipe.forge.engines.local.checkpoint import checkpoint_to_resume, load_checkpoint
 
-        from recipe.forge.engines.local.checkpoint import latest_checkpoint
-
-        if self.settings.resume_mode == "disable":
-            return 0
-        path = (Path(self.settings.resume_from_path) if self.settings.resume_mode == "resume_path"
-                else latest_checkpoint(self.output_dir))
+        s = self.settings
+        path = checkpoint_to_resume(self.output_dir, s.resume_mode, s.resume_from_path)
         if path is None:
             return 0
-        self.experience.load(path / "library")
-        if (path / "env_rng.json").exists():
-            self.train_envs.task_rng.bit_generator.state = json.loads((path / "env_rng.json").read_text())
-        return int(json.loads((path / "trainer_state.json").read_text())["iteration"])
+        state = load_checkpoint(path, rng={"env_tasks": self.train_envs.task_rng}, experience=self.experience)
+        return int(state["iteration"])
 
     def fit(self) -> list[dict[str, float]]:
         from recipe.forge.engines.local.tracking import MetricsTracker

@@ -1,7 +1,7 @@
 """Trainer checkpoints: ``<output_dir>/global_step_<k>/`` holds everything an exact resume needs.
 
-Contents: the policy weights (full model or LoRA adapter, in Hugging Face format), the optimizer, the critic
-and its optimizer (PPO), the experience library, every RNG the run draws from (python, numpy, torch, the
+Contents: the policy weights (full model or LoRA adapter, in Hugging Face format) and the optimizer (both
+absent in prompt-only mode, which trains no weights), the critic and its optimizer (PPO), the experience library, every RNG the run draws from (python, numpy, torch, the
 sampler's generator, the mini-batch shuffler, the environment task sampler) and the iteration.
 ``<output_dir>/latest_checkpointed_iteration.txt`` names the newest complete checkpoint (verl's convention),
 written last so that an interrupted save is never picked up.
@@ -33,6 +33,14 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
     return path if (path / "trainer_state.json").exists() else None
 
 
+def checkpoint_to_resume(output_dir: str | Path, resume_mode: str, resume_from_path: str | None) -> Path | None:
+    """The checkpoint ``trainer.resume_mode`` asks for: none (``disable``, or ``auto`` with no checkpoint yet),
+    the newest one (``auto``) or ``trainer.resume_from_path`` (``resume_path``)."""
+    if resume_mode == "disable":
+        return None
+    return Path(resume_from_path) if resume_mode == "resume_path" else latest_checkpoint(output_dir)
+
+
 def capture_rng(generators: dict[str, Any]) -> dict[str, Any]:
     """Serialisable states of the global RNGs plus named torch.Generator / numpy Generator objects."""
     state = {
@@ -59,14 +67,16 @@ def restore_rng(state: dict[str, Any], generators: dict[str, Any]) -> None:
             gen.bit_generator.state = state[name]
 
 
-def save_checkpoint(output_dir: str | Path, iteration: int, *, policy, optimizer, rng: dict[str, Any],
+def save_checkpoint(output_dir: str | Path, iteration: int, *, policy=None, optimizer=None, rng: dict[str, Any],
                     critic=None, critic_optimizer=None, experience=None, extra: dict | None = None) -> Path:
     path = checkpoint_dir(output_dir, iteration)
     if path.exists():
         shutil.rmtree(path)
     path.mkdir(parents=True)
-    policy.save(path / "policy")
-    torch.save(optimizer.state_dict(), path / "optimizer.pt")
+    if policy is not None:
+        policy.save(path / "policy")
+    if optimizer is not None:
+        torch.save(optimizer.state_dict(), path / "optimizer.pt")
     if critic is not None:
         torch.save({"critic": critic.state_dict(), "optimizer": critic_optimizer.state_dict()}, path / "critic.pt")
     if experience is not None:
@@ -77,14 +87,16 @@ def save_checkpoint(output_dir: str | Path, iteration: int, *, policy, optimizer
     return path
 
 
-def load_checkpoint(path: str | Path, *, policy, optimizer, rng: dict[str, Any], critic=None,
+def load_checkpoint(path: str | Path, *, policy=None, optimizer=None, rng: dict[str, Any], critic=None,
                     critic_optimizer=None, experience=None) -> dict[str, Any]:
     """Restore everything :func:`save_checkpoint` wrote, in place; returns the trainer state (iteration...)."""
     path = Path(path)
     if not (path / "trainer_state.json").exists():
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no trainer_state.json)")
-    policy.load_weights(path / "policy")
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
+    if policy is not None:
+        policy.load_weights(path / "policy")
+    if optimizer is not None:
+        optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
     if critic is not None:
         saved = torch.load(path / "critic.pt", weights_only=False)
         critic.load_state_dict(saved["critic"])

@@ -28,7 +28,7 @@ from recipe.forge.config_schema import ValidatedConfig
 from recipe.forge.distillation import distillation_weight
 from recipe.forge.engines.local.advantages import NEEDS_SUM_PI_SQUARED, check_estimator, compute_advantages
 from recipe.forge.engines.local.batch import StepBatch, build_step_batch
-from recipe.forge.engines.local.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from recipe.forge.engines.local.checkpoint import checkpoint_to_resume, load_checkpoint, save_checkpoint
 from recipe.forge.engines.local.generation import HFGenerator
 from recipe.forge.engines.local.model_loading import Policy, PolicyConfig, build_policy
 from recipe.forge.engines.local.sequences import pack
@@ -36,6 +36,7 @@ from recipe.forge.engines.local.settings import EngineSettings, engine_settings
 from recipe.forge.engines.local.timing import PhaseTimer, TimedProvider
 from recipe.forge.engines.local.tracking import MetricsTracker
 from recipe.forge.engines.local.update import DistillationInputs, LossSettings, PolicyUpdater, ValueModel
+from recipe.forge.engines.local.validation import validation_metrics
 
 STOP = ("</action>",)
 
@@ -242,19 +243,8 @@ class LocalTrainer:
     # ------------------------------------------------------------------ validation
     def validate(self) -> dict[str, float]:
         """Held-out seeds at the validation temperature, with the library (forge) and without it."""
-        metrics: dict[str, float] = {}
-        runs = [("val", None)]
-        if self.experience is not None:
-            from recipe.forge.experience import ExperienceSystem
-
-            # A read-only copy: validation observations must not found clusters in the training index.
-            view = ExperienceSystem.from_snapshot(self.experience.snapshot(), tokenizer=self.tokenizer)
-            runs = [("val", view.provider), ("val_no_library", None)]
-        for prefix, provider in runs:
-            batch = self.collector.collect(self.val_envs, self.generator, self.sampling(validation=True),
-                                           experience_provider=provider, dynamic_sampling=False)
-            metrics.update({f"{prefix}/{k}": v for k, v in batch.metrics.items()})
-        return metrics
+        return validation_metrics(self.collector, self.val_envs, self.generator, self.sampling(validation=True),
+                                  self.experience, self.tokenizer)
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, iteration: int) -> Path:
@@ -265,9 +255,7 @@ class LocalTrainer:
     def resume(self) -> int:
         """Iterations already done according to the resume mode (0 when starting fresh)."""
         s = self.settings
-        if s.resume_mode == "disable":
-            return 0
-        path = Path(s.resume_from_path) if s.resume_mode == "resume_path" else latest_checkpoint(self.output_dir)
+        path = checkpoint_to_resume(self.output_dir, s.resume_mode, s.resume_from_path)
         if path is None:
             return 0
         state = load_checkpoint(path, policy=self.policy, optimizer=self.optimizer, rng=self._rng_handles(),
