@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from agent_system.multi_turn_rollout.protocols import GenerationOutput, Message, SamplingParams
+from recipe.forge.engines.local.sequences import pack
 
 
 class HFGenerator:
@@ -74,14 +75,8 @@ class HFGenerator:
         was_training = self.model.training
         self.model.eval()
         device = next(self.model.parameters()).device
-        p_len = max(len(p) for p in prompts)
-        input_ids = torch.full((bs, p_len), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((bs, p_len), dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            input_ids[row, p_len - len(prompt):] = torch.as_tensor(prompt, dtype=torch.long)
-            attention[row, p_len - len(prompt):] = 1
-        positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
-        input_ids, attention, positions = input_ids.to(device), attention.to(device), positions.to(device)
+        batch = pack(prompts, [[] for _ in prompts], self.pad_id, min_response_length=0).to(device)
+        input_ids, attention, positions = batch.input_ids, batch.attention_mask, batch.position_ids
 
         from transformers import DynamicCache
 

@@ -44,13 +44,15 @@ class PackedSequences:
                                self.responses[rows], self.response_mask[rows], self.prompt_length)
 
 
-def pack(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int) -> PackedSequences:
-    """Left-pad prompts and right-pad responses into one (bs, P + R) batch."""
+def pack(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int,
+         min_response_length: int = 1) -> PackedSequences:
+    """Left-pad prompts and right-pad responses (to at least ``min_response_length``) into one (bs, P + R)
+    batch. With ``min_response_length=0`` and empty responses this is a left-padded prompt batch (R = 0)."""
     if len(prompts) != len(responses):
         raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
     bs = len(prompts)
     p_len = max((len(p) for p in prompts), default=0)
-    r_len = max(max((len(r) for r in responses), default=0), 1)
+    r_len = max(max((len(r) for r in responses), default=0), min_response_length)
     input_ids = torch.full((bs, p_len + r_len), pad_id, dtype=torch.long)
     attention = torch.zeros((bs, p_len + r_len), dtype=torch.long)
     for row, (prompt, response) in enumerate(zip(prompts, responses)):
