@@ -22,6 +22,7 @@ def run(iterations: int, tasks: int, group: int, env_name: str, max_steps: int, 
     from hydra import compose, initialize_config_dir
 
     from recipe.forge.engines.local.model_loading import PolicyConfig, build_policy, load_tokenizer
+    from recipe.forge.engines.local.timing import FORGE_PHASES
     from recipe.forge.engines.local.tiny import tiny_llama
     from recipe.forge.engines.local.trainer import Components, LocalTrainer
     from recipe.forge.main_forge import validate
@@ -44,10 +45,10 @@ def run(iterations: int, tasks: int, group: int, env_name: str, max_steps: int, 
     started = time.perf_counter()
     history = trainer.fit()
     wall = time.perf_counter() - started
-    keys = ("forge_retrieval", "forge_advantage", "forge_evolution", "rollout", "prepare", "update")
+    keys = (*FORGE_PHASES, "rollout", "prepare", "update")
     phases = {k: float(np.sum([h.get(f"timing/{k}_s", 0.0) for h in history])) for k in keys}
     total = sum(phases.values())
-    forge = phases["forge_retrieval"] + phases["forge_advantage"] + phases["forge_evolution"]
+    forge = sum(phases[k] for k in FORGE_PHASES)
     return {
         "forge_share_of_iteration": forge / total if total else 0.0,
         "iterations": iterations,

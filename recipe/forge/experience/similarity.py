@@ -228,19 +228,14 @@ class NearDuplicateIndex:
         counts: Counter[int] = Counter()
         for b in range(bands):
             bucket = self._tables[b].get(coarse[b])
+            if type(bucket) is list and len(bucket) > cap:
+                bucket = self._tables[bands + b].get(fine[b])
             if bucket is None:
                 continue
             if type(bucket) is int:
                 counts[bucket] += 1
-                continue
-            if len(bucket) > cap:
-                bucket = self._tables[bands + b].get(fine[b])
-                if bucket is None:
-                    continue
-                if type(bucket) is int:
-                    counts[bucket] += 1
-                    continue
-            counts.update(islice(reversed(bucket), cap))
+            else:
+                counts.update(islice(reversed(bucket), cap))
         low, high = length_bounds(len(text), threshold)
         lengths = self._len
         ranked = (i for i, _ in counts.most_common() if low <= lengths[i] <= high)

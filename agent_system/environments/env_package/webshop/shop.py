@@ -40,11 +40,10 @@ def goal_products(products: list[Product], split: str) -> list[Product]:
     ``VAL_PRODUCT_EVERY``-th, 20%) that no training goal asks for; the shop itself sells every product."""
     if split not in ("train", "val"):
         raise ValueError(f"split={split!r} must be 'train' or 'val'")
-    held_out = [p for i, p in enumerate(products) if i % VAL_PRODUCT_EVERY == VAL_PRODUCT_EVERY - 1]
-    if not held_out:
+    if len(products) < VAL_PRODUCT_EVERY:
         raise ValueError(f"the built-in shop needs at least {VAL_PRODUCT_EVERY} products (env.webshop.num_products) to hold some out for validation")
-    held = {p.asin for p in held_out}
-    return held_out if split == "val" else [p for p in products if p.asin not in held]
+    held_out = split == "val"
+    return [p for i, p in enumerate(products) if (i % VAL_PRODUCT_EVERY == VAL_PRODUCT_EVERY - 1) == held_out]
 
 
 class BuiltinShopTextEnv:

@@ -175,9 +175,7 @@ class Policy:
 
 
 def _tied_parameter_names(model: nn.Module) -> set[str]:
-    keys = getattr(model, "_tied_weights_keys", None) or {}
-    names = set(keys) if not isinstance(keys, dict) else set(keys)
-    return names | {"lm_head.weight"}
+    return set(getattr(model, "_tied_weights_keys", None) or ()) | {"lm_head.weight"}
 
 
 def build_policy(config: PolicyConfig, model: nn.Module | None = None, tokenizer=None) -> Policy:

@@ -240,10 +240,8 @@ class PolicyUpdater:
                         metrics.update({"critic/vf_loss": vf_loss.item(), "critic/vf_clipfrac": vf_clipfrac.item()})
                     for key, value in metrics.items():
                         # Loss terms of micro-batches are shares of the mini-batch loss: sum them.
-                        if key in SUMMED_METRICS and key in mini_metrics:
-                            mini_metrics[key] += float(value)
-                        elif key in SUMMED_METRICS:
-                            mini_metrics[key] = float(value)
+                        if key in SUMMED_METRICS:
+                            mini_metrics[key] = mini_metrics.get(key, 0.0) + float(value)
                         else:
                             totals.setdefault(key, []).append(float(value))
                 for key, value in mini_metrics.items():
