@@ -21,9 +21,8 @@ CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "recipe" / "forge" / "con
 def run(iterations: int, tasks: int, group: int, env_name: str, max_steps: int, max_new_tokens: int) -> dict:
     from hydra import compose, initialize_config_dir
 
-    from recipe.forge.engines.local.model_loading import PolicyConfig, build_policy, load_tokenizer
     from recipe.forge.engines.local.timing import FORGE_PHASES
-    from recipe.forge.engines.local.tiny import tiny_llama
+    from recipe.forge.engines.local.tiny import script_policy
     from recipe.forge.engines.local.trainer import Components, LocalTrainer
     from recipe.forge.main_forge import validate
 
@@ -36,12 +35,12 @@ def run(iterations: int, tasks: int, group: int, env_name: str, max_steps: int, 
         "trainer.local.compute_dtype=fp32", "trainer.local.response_prefix=", "trainer.logger=[jsonl]",
         f"trainer.default_local_dir={out}", f"algorithm.forge.checkpoint_dir={out}/library",
         "algorithm.forge.warmup_iterations=0", "algorithm.forge.min_library_size=0",
+        # no reference pass: the cheapest iteration, so SLEA-RL's share is an upper bound
+        "actor_rollout_ref.actor.use_kl_loss=false",
     ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         cfg = compose(config_name="forge_trainer", overrides=overrides)
-    tokenizer = load_tokenizer("smollm2-135m-instruct")
-    policy = build_policy(PolicyConfig(path="tiny", use_reference=False), model=tiny_llama(tokenizer), tokenizer=tokenizer)
-    trainer = LocalTrainer(cfg, validate(cfg), Components(policy=policy))
+    trainer = LocalTrainer(cfg, validate(cfg), Components(policy=script_policy("tiny", tiny=True)))
     started = time.perf_counter()
     history = trainer.fit()
     wall = time.perf_counter() - started

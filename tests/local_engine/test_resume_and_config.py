@@ -87,3 +87,11 @@ def test_command_line_reports_a_config_error_with_exit_code_2():
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     assert "trainer.local.compute_dtype='fp8'" in proc.stderr
+
+
+def test_kl_loss_with_a_policy_without_reference_fails_at_construction(tmp_path, tokenizer, make_tiny, compose_cfg,
+                                                                       run_overrides):
+    cfg = compose_cfg(run_overrides(tmp_path, iterations=1) + ["actor_rollout_ref.actor.use_kl_loss=true"])
+    policy = build_policy(PolicyConfig(path="tiny", use_reference=False), model=make_tiny(seed=0), tokenizer=tokenizer)
+    with pytest.raises(ConfigError, match=r"use_kl_loss=true needs a reference policy"):
+        LocalTrainer(cfg, validate(cfg), Components(policy=policy))

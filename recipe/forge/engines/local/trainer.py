@@ -23,6 +23,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
+from agent_system.config_checks import ConfigError
 from agent_system.multi_turn_rollout.protocols import SamplingParams
 from recipe.forge.config_schema import ValidatedConfig
 from recipe.forge.distillation import distillation_weight
@@ -81,6 +82,9 @@ class LocalTrainer:
         self.policy = components.policy or build_policy(PolicyConfig(
             path=s.model_path, lora_rank=s.lora_rank, lora_alpha=s.lora_alpha, target_modules=s.target_modules,
             enable_gradient_checkpointing=s.gradient_checkpointing, use_reference=s.use_kl_loss))
+        if s.use_kl_loss and not self.policy.has_reference:
+            raise ConfigError("actor_rollout_ref.actor.use_kl_loss=true needs a reference policy, but the given "
+                              "policy was built without one (use_reference=False)")
         self.policy.model.to(self.device)
         if self.policy._reference is not None:
             self.policy._reference.to(self.device)

@@ -1,0 +1,15 @@
+"""scripts/bench_overhead.py runs on the shipped config (it broke silently once the KL loss became the default)."""
+
+import pytest
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def test_one_tiny_iteration_reports_the_share_of_its_own_phases(load_script):
+    result = load_script("bench_overhead.py").run(iterations=1, tasks=1, group=2, env_name="gym_cards/NumberLine-v0",
+                                                   max_steps=2, max_new_tokens=4)
+    phases = result["phase_seconds"]
+    assert set(phases) == {"forge_retrieval", "forge_advantage", "forge_evolution", "rollout", "prepare", "update"}
+    forge = phases["forge_retrieval"] + phases["forge_advantage"] + phases["forge_evolution"]
+    assert 0.0 < result["forge_share_of_iteration"] < 1.0
+    assert result["forge_share_of_iteration"] == pytest.approx(forge / sum(phases.values()), rel=1e-3, abs=1e-4)
