@@ -23,13 +23,11 @@ def measure(model_path: str, tiny: bool, tasks: int, groups: list[int], env_name
     from agent_system.multi_turn_rollout.protocols import SamplingParams
     from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
     from recipe.forge.engines.local.generation import HFGenerator
-    from recipe.forge.engines.local.model_loading import PolicyConfig, build_policy, load_tokenizer
-    from recipe.forge.engines.local.tiny import tiny_llama
+    from recipe.forge.engines.local.tiny import script_policy
     from recipe.forge.engines.local.trainer import resolve_device
 
-    tokenizer = load_tokenizer("smollm2-135m-instruct" if tiny else model_path)
-    model = tiny_llama(tokenizer) if tiny else None
-    policy = build_policy(PolicyConfig(path=model_path, use_reference=False), model=model, tokenizer=tokenizer)
+    policy = script_policy(model_path, tiny)
+    tokenizer = policy.tokenizer
     dev = resolve_device(device)
     policy.model.to(dev)
     autocast = (lambda: torch.autocast(dev.type, dtype=torch.bfloat16)) if dtype == "bf16" else None

@@ -45,15 +45,12 @@ def probe(model_path: str, env_name: str, target_max: int, states: int, prefix: 
     from agent_system.environments import make_envs
     from agent_system.multi_turn_rollout.protocols import StepExperience
     from agent_system.multi_turn_rollout.rollout_loop import build_messages
-    from recipe.forge.engines.local.model_loading import PolicyConfig, build_policy, load_tokenizer
+    from recipe.forge.engines.local.tiny import script_policy
     from recipe.forge.experience.library import GOLDEN, ExperienceEntry
-    from recipe.forge.engines.local.tiny import tiny_llama
     from recipe.forge.experience.render import ExperienceRenderer
 
-    tokenizer = load_tokenizer("smollm2-135m-instruct" if tiny else model_path)
-    given = tiny_llama(tokenizer) if tiny else None
-    model = build_policy(PolicyConfig(path=model_path, use_reference=False), model=given,
-                         tokenizer=tokenizer).model.eval()
+    policy = script_policy(model_path, tiny)
+    tokenizer, model = policy.tokenizer, policy.model.eval()
     renderer = ExperienceRenderer(max_tokens=300, tokenizer=tokenizer)
     cfg = {"env": {"env_name": env_name, "max_steps": 1, "history_length": 0, "rollout": {"n": 1},
                    "gym_cards": {"target_max": target_max}},

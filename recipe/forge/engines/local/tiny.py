@@ -16,3 +16,13 @@ def tiny_llama(tokenizer, seed: int = 0, hidden_size: int = 32, layers: int = 2)
                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                          bos_token_id=tokenizer.bos_token_id)
     return LlamaForCausalLM(config)
+
+
+def script_policy(model_path: str, tiny: bool = False):
+    """A policy without a reference for benchmarks and probes: the model at ``model_path``, or (``tiny``) a tiny
+    random Llama with SmolLM2's tokenizer, where only the plumbing's cost or behaviour matters."""
+    from recipe.forge.engines.local.model_loading import PolicyConfig, build_policy, load_tokenizer
+
+    tokenizer = load_tokenizer("smollm2-135m-instruct" if tiny else model_path)
+    model = tiny_llama(tokenizer) if tiny else None
+    return build_policy(PolicyConfig(path=model_path, use_reference=False), model=model, tokenizer=tokenizer)
