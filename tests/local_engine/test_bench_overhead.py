@@ -12,4 +12,8 @@ def test_one_tiny_iteration_reports_the_share_of_its_own_phases(load_script):
     assert set(phases) == {"forge_retrieval", "forge_advantage", "forge_evolution", "rollout", "prepare", "update"}
     forge = phases["forge_retrieval"] + phases["forge_advantage"] + phases["forge_evolution"]
     assert 0.0 < result["forge_share_of_iteration"] < 1.0
-    assert result["forge_share_of_iteration"] == pytest.approx(forge / sum(phases.values()), rel=1e-3, abs=1e-4)
+    # phase_seconds are rounded to 4 decimals (+-5e-5 each): the share must lie within what rounding allows
+    total, slack = sum(phases.values()), 5e-5
+    low = (forge - 3 * slack) / (total + 6 * slack)
+    high = (forge + 3 * slack) / (total - 6 * slack)
+    assert low <= result["forge_share_of_iteration"] <= high
