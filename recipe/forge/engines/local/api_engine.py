@@ -154,6 +154,7 @@ class PromptOnlyRunner:
         return int(state["iteration"])
 
     def fit(self) -> list[dict[str, float]]:
+        from recipe.forge.engines.local.settings import is_due
         from recipe.forge.engines.local.tracking import MetricsTracker
 
         s = self.settings
@@ -170,13 +171,13 @@ class PromptOnlyRunner:
             metrics = dict(batch.metrics)
             metrics.update(self.experience.evolve(batch.trajectories, iteration))
             done = iteration + 1
-            if s.test_freq > 0 and (done % s.test_freq == 0 or done == s.total_iterations):
+            if is_due(done, s.test_freq, s.total_iterations):
                 metrics.update(self.validate())
             metrics["timing/iteration_s"] = time.perf_counter() - started
             metrics["api/requests"] = float(self.generator.requests)
             tracker.log(done, metrics)
             history.append({"iteration": done, **metrics})
-            if s.save_freq > 0 and (done % s.save_freq == 0 or done == s.total_iterations):
+            if is_due(done, s.save_freq, s.total_iterations):
                 self._save(done)
         tracker.close()
         return history

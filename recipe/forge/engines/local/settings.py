@@ -86,6 +86,12 @@ class EngineSettings:
     local: LocalSettings = field(default_factory=LocalSettings)
 
 
+def is_due(done: int, every: int, total: int) -> bool:
+    """Whether a periodic action (validation ``test_freq``, checkpoint ``save_freq``) runs after iteration ``done``
+    of ``total``: every ``every`` iterations and after the last one; never when ``every`` <= 0."""
+    return every > 0 and (done % every == 0 or done == total)
+
+
 def _get(cfg: Any, dotted: str, default: Any = None) -> Any:
     value = OmegaConf.select(cfg, dotted, default=default) if isinstance(cfg, DictConfig) else default
     return default if value is None else value

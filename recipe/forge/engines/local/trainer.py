@@ -33,7 +33,7 @@ from recipe.forge.engines.local.checkpoint import checkpoint_to_resume, load_che
 from recipe.forge.engines.local.generation import HFGenerator
 from recipe.forge.engines.local.model_loading import Policy, PolicyConfig, build_policy
 from recipe.forge.engines.local.sequences import pack
-from recipe.forge.engines.local.settings import EngineSettings, engine_settings
+from recipe.forge.engines.local.settings import EngineSettings, engine_settings, is_due
 from recipe.forge.engines.local.timing import PhaseTimer, TimedProvider
 from recipe.forge.engines.local.tracking import MetricsTracker
 from recipe.forge.engines.local.update import DistillationInputs, LossSettings, PolicyUpdater, ValueModel
@@ -286,12 +286,12 @@ class LocalTrainer:
             started = time.perf_counter()
             metrics = self.train_iteration(iteration)
             done = iteration + 1
-            if s.test_freq > 0 and (done % s.test_freq == 0 or done == s.total_iterations):
+            if is_due(done, s.test_freq, s.total_iterations):
                 metrics.update(self.validate())
             metrics["timing/iteration_s"] = time.perf_counter() - started
             self.tracker.log(done, metrics)
             history.append({"iteration": done, **metrics})
-            if s.save_freq > 0 and (done % s.save_freq == 0 or done == s.total_iterations):
+            if is_due(done, s.save_freq, s.total_iterations):
                 self.save(done)
             self.iteration = done
         self.tracker.close()
