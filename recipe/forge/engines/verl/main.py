@@ -8,7 +8,11 @@ recipe/forge/main_forge.py dispatches here. :func:`run_verl`
    seen in training), ``agent_name=forge_agent``;
 3. points verl at the ``forge_agent`` loop and the ``forge`` trainer mode, with ``rollout.n = env.rollout.n``
    (the G sessions of one prompt are the G environment copies of one task, so verl's uid is the task group);
-4. runs verl's own ``run_ppo`` with its V1 TaskRunner.
+4. resolves ``trainer.device`` (``auto``: cuda when a CUDA device is visible or a Ray cluster is joined, else
+   cpu) and, on the CPU, applies the CPU backend's settings (recipe/forge/engines/verl/cpu/settings.py);
+5. maps the loggers to verl's Tracking backends (``jsonl`` is verl's ``file`` backend, written to
+   ``<trainer.default_local_dir>/metrics.jsonl``);
+6. runs verl's own ``run_ppo`` with its V1 TaskRunner.
 """
 
 from __future__ import annotations
@@ -20,9 +24,13 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from agent_system.config_checks import ConfigError
 from recipe.forge.config_schema import validate_config
+from recipe.forge.engines.verl.cpu.settings import apply_cpu_settings, resolve_device, use_cpu_platform_in_this_process
 from recipe.forge.engines.verl.agent_loop import AGENT_NAME
 from recipe.forge.engines.verl.trainer import TRAINER_MODE
+
+LOGGER_BACKENDS = {"jsonl": "file"}  # our logger name -> verl's Tracking backend
 
 DEFAULT_TRAIN_TASKS = 10_000  # tasks per epoch when trainer.total_training_steps is unset (the dataloader reshuffles)
 
@@ -61,9 +69,19 @@ def write_task_files(cfg: DictConfig, out_dir: str) -> tuple[str, str]:
     return paths
 
 
+def verl_loggers(loggers: Any) -> list[str]:
+    """``trainer.logger`` as verl's Tracking backends (``jsonl`` -> ``file``), order kept, duplicates dropped."""
+    names = [loggers] if isinstance(loggers, str) else list(loggers or [])
+    return list(dict.fromkeys(LOGGER_BACKENDS.get(str(name), str(name)) for name in names))
+
+
 def prepare_verl_config(cfg: DictConfig) -> DictConfig:
     """A copy of ``cfg`` wired for the forge agent loop and trainer, with its task files written."""
     cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    device = resolve_device(cfg)
+    if device == "cpu":
+        for change in apply_cpu_settings(cfg):
+            print(f"[slea-rl] verl on the CPU: {change}", flush=True)
     task_dir = os.path.join(str(cfg.trainer.get("default_local_dir") or "checkpoints"), "forge_tasks")
     train_path, val_path = write_task_files(cfg, task_dir)
     from recipe.forge.engines.local.model_loading import resolve_model_path
@@ -80,13 +98,38 @@ def prepare_verl_config(cfg: DictConfig) -> DictConfig:
         cfg.trainer.v1.trainer_mode = TRAINER_MODE
         cfg.trainer.use_v1 = True
         cfg.trainer.engine = "verl"
+        cfg.trainer.device = device
+        cfg.trainer.logger = verl_loggers(cfg.trainer.get("logger"))
+        if "file" in cfg.trainer.logger:
+            env_vars = cfg.ray_kwargs.ray_init.runtime_env.get("env_vars") or {}
+            metrics_path = os.path.abspath(os.path.join(str(cfg.trainer.default_local_dir), "metrics.jsonl"))
+            cfg.ray_kwargs.ray_init.runtime_env.env_vars = {
+                **OmegaConf.to_container(OmegaConf.create(env_vars)),
+                "VERL_FILE_LOGGER_PATH": metrics_path,
+            }
     return cfg
+
+
+def check_verl_engine_config(cfg: DictConfig) -> None:
+    """What this engine cannot honour, refused before Ray starts (each error names the key)."""
+    from agent_system.environments.config import env_config_from_mapping
+    from recipe.forge.engines.verl.distill import check_distillation_config
+
+    validated = validate_config(cfg)
+    check_distillation_config(validated.algorithm, env_config_from_mapping(OmegaConf.to_container(cfg.env, resolve=True)))
+    if str(cfg.algorithm.forge.extractor) == "llm" and resolve_device(cfg) == "cpu":
+        raise ConfigError(
+            "algorithm.forge.extractor=llm needs the rollout servers' OpenAI endpoint, which the CPU backend's hf "
+            "server does not have: use algorithm.forge.extractor=rule with trainer.device=cpu"
+        )
 
 
 def run_verl(cfg: DictConfig) -> None:
     """Train with verl: validate, prepare the tasks, and hand the config to verl's ``run_ppo``."""
-    validate_config(cfg)
+    check_verl_engine_config(cfg)
     cfg = prepare_verl_config(cfg)
+    if cfg.trainer.device == "cpu":
+        use_cpu_platform_in_this_process()
 
     import recipe.forge.engines.verl.plugin  # noqa: F401  registrations in this (driver) process too
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo

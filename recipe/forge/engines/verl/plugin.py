@@ -2,6 +2,8 @@
 
 It registers, in verl's own registries:
 
+* the CPU backend (recipe/forge/engines/verl/cpu): the ``cpu`` platform, FSDP2 engines for device ``cpu`` and
+  the ``hf`` rollout. It comes first: verl picks its platform when a trainer or worker module is first imported;
 * the advantage estimators ``forge`` and ``gigpo`` (verl.trainer.ppo.core_algos);
 * the agent loop ``forge_agent`` (verl.experimental.agent_loop), used by the AgentLoopWorkers;
 * the trainer mode ``forge`` (verl.trainer.ppo.v1), used by verl's TaskRunner.
@@ -11,7 +13,11 @@ subprocess that every registration really happened. The agent loop and trainer m
 submodules; by the time verl runs its plugins its own package initialisation is complete.
 """
 
-from recipe.forge.core_forge import register_with_verl
+from recipe.forge.engines.verl.cpu import register as register_cpu_backend
+
+register_cpu_backend()
+
+from recipe.forge.core_forge import register_with_verl  # noqa: E402
 
 register_with_verl()
 

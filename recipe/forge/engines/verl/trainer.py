@@ -20,6 +20,7 @@ import os
 from typing import Any
 
 import numpy as np
+import ray
 import torch
 import transfer_queue as tq
 from tensordict import TensorDict
@@ -27,7 +28,7 @@ from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.debug import marked_timer
-from verl.workers.utils.padding import response_to_nested
+from verl.workers.utils.padding import response_from_nested, response_to_nested
 
 from recipe.forge.distillation import distillation_weight
 from recipe.forge.engines.verl import step_batch
@@ -120,6 +121,20 @@ class ForgeTrainer(PPOTrainerSync):
 
             check_distillation_config(config.algorithm, env_config_from_mapping(OmegaConf.to_container(config.env)))
         self._teacher_log_probs: dict[str, torch.Tensor] = {}  # batch key -> (response_len,) teacher log-probs
+
+    def _init_resource_pool_mgr(self):
+        super()._init_resource_pool_mgr()
+        from verl.utils.device import get_device_name
+
+        if get_device_name() == "cpu":
+            from recipe.forge.engines.verl.cpu.workers import CPU_WORKERS
+
+            # verl maps the roles to ray.remote(ActorRolloutRefWorker / TrainingWorker); on the cpu platform the
+            # same workers with a gloo process group take their place
+            for role, remote_cls in self.role_worker_mapping.items():
+                worker_cls = remote_cls.__ray_metadata__.modified_class.__mro__[1]  # under Ray's wrapper class
+                if worker_cls in CPU_WORKERS:
+                    self.role_worker_mapping[role] = ray.remote(CPU_WORKERS[worker_cls])
 
     def on_init_end(self):
         super().on_init_end()

@@ -1,0 +1,27 @@
+"""verl 0.9.1 on a CPU, as plug-ins: no fork of verl, its registries wherever they exist.
+
+Selected by ``trainer.device=cpu`` (chosen automatically when no CUDA device is visible); then
+:func:`recipe.forge.engines.verl.cpu.settings.apply_cpu_settings` fills in what the CPU needs and every Ray
+process runs with ``VERL_PLATFORM=cpu``. The parts:
+
+* ``platform``: the ``cpu`` platform in verl's ``PlatformRegistry`` (device ``cpu``, gloo collectives);
+* ``engines``: verl's FSDP2 language-model and value engines registered for device ``cpu``;
+* ``workers``: verl's actor/rollout/ref and critic workers that bring up a gloo process group first;
+* ``hf_rollout``: the ``hf`` rollout backend (replica, server actor, in-worker weight adapter);
+* ``verl_private``: the only two places that reach past verl's public API.
+
+:func:`register` runs in every process through our ``verl.plugins`` entry point, before any module of ours
+imports verl's trainer or workers (verl picks its platform on first use).
+"""
+
+from __future__ import annotations
+
+
+def register() -> None:
+    """Register the cpu platform, the cpu FSDP engines and the hf rollout in verl's registries (idempotent)."""
+    import recipe.forge.engines.verl.cpu.platform  # noqa: F401  must come first: registers the platform
+
+    import recipe.forge.engines.verl.cpu.engines  # noqa: F401
+    from recipe.forge.engines.verl.cpu import hf_rollout
+
+    hf_rollout.register()
