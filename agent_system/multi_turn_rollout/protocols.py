@@ -58,6 +58,7 @@ class StepExperience:
     text: str = ""
     cluster_id: int | None = None
     entry_ids: tuple[str, ...] = ()
+    fallback: bool = False  # served by the whole-library similarity fallback (the cluster had no experiences)
 
 
 @runtime_checkable

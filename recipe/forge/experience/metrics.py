@@ -47,6 +47,14 @@ class RetrievalStats:
     injected: int = 0  # entries injected, summed over steps
     fallbacks: int = 0  # steps served by the whole-library fallback
 
+    @classmethod
+    def from_rows(cls, experience_ids: Sequence[Sequence[str]], fallbacks: Sequence[bool]) -> "RetrievalStats":
+        """The counters of the steps that made these rows (one entry per step: its injected entry ids and whether
+        the fallback served it), for engines whose providers run in other processes."""
+        counts = np.fromiter((len(ids) for ids in experience_ids), dtype=np.int64, count=len(experience_ids))
+        return cls(queries=int(counts.size), hits=int((counts > 0).sum()), injected=int(counts.sum()),
+                   fallbacks=int(np.count_nonzero(np.asarray(fallbacks, dtype=bool))))
+
     def as_metrics(self) -> dict[str, float]:
         q = max(self.queries, 1)
         return {

@@ -142,7 +142,7 @@ class ExperienceSystem:
             self.stats.hits += bool(shown)
             self.stats.injected += len(shown)
             self.stats.fallbacks += found.fallback
-            out.append(StepExperience(text, cid, tuple(str(i) for i in shown)))
+            out.append(StepExperience(text, cid, tuple(str(i) for i in shown), bool(found.fallback)))
         return out
 
     def absorb(self, records: Sequence[StepRecord]) -> None:

@@ -29,6 +29,17 @@ from recipe.forge.engines.verl.episode import EpisodeSession, EpisodeView
 from recipe.forge.engines.verl.library_channel import NO_LIBRARY, WORKER_LIBRARY
 
 AGENT_NAME = "forge_agent"
+ACTION_STOP = ("</action>",)  # the embedded engine stops there too; the stop string stays in the response
+KEEP_STOP_STRING = {"sglang": "no_stop_trim"}  # backend -> its name of "keep the stop string"; others: vLLM's
+
+
+def with_action_stop(sampling_params: dict[str, Any], backend: str) -> dict[str, Any]:
+    """verl's sampling parameters plus the ``</action>`` stop string, merged with any stop strings already given,
+    and kept in the output (the projection needs the closing tag), in the rollout ``backend``'s own words."""
+    stop = sampling_params.get("stop") or []
+    stop = [stop] if isinstance(stop, str) else list(stop)
+    keep = KEEP_STOP_STRING.get(backend, "include_stop_str_in_output")
+    return {**sampling_params, "stop": list(dict.fromkeys([*stop, *ACTION_STOP])), keep: True}
 
 
 def build_messages(experience_text: str, view: EpisodeView) -> list[dict[str, Any]]:
@@ -53,7 +64,7 @@ class ForgeAgentLoop(AgentLoopBase):
         env_section = OmegaConf.to_container(self.config.env, resolve=True) if "env" in self.config else {}
         self.env_config = env_config_from_mapping(env_section)
         self.response_length = int(self.rollout_config.response_length)
-        # self-distillation: rows carry the plain (student) prompt, the library-augmented one is the teacher's
+        # self-distillation: rows also carry the plain (student) prompt of every step that had experiences
         self.distill = bool(OmegaConf.select(self.config, "algorithm.forge.use_distillation", default=False))
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> list[AgentLoopOutput]:
@@ -63,6 +74,7 @@ class ForgeAgentLoop(AgentLoopBase):
         split = str(extra_info.get("split", "train"))
         uid = str(kwargs.get("uid", uuid4().hex))
         traj_uid = f"{uid}-{int(kwargs.get('session_id', 0))}"
+        sampling_params = with_action_stop(sampling_params, str(self.rollout_config.name))
         version, provider = await WORKER_LIBRARY.refresh(self.tokenizer)
 
         session = EpisodeSession(self.env_config, split, int(extra_info["seed"]))
@@ -78,10 +90,11 @@ class ForgeAgentLoop(AgentLoopBase):
                 started = time.perf_counter()
                 generated = await self._generate(messages, sampling_params)
                 gen_seconds = time.perf_counter() - started
-                generated["teacher_prompt_ids"] = None
+                # self-distillation: the row keeps the context the policy acted in (PPO stays on-policy); the
+                # plain prompt is the student's view, scored by the trainer against this row's (teacher) context
+                generated["student_prompt_ids"] = None
                 if self.distill and experience.text:
-                    generated["teacher_prompt_ids"] = generated["prompt_ids"]
-                    generated["prompt_ids"] = await self.ct_build_initial_tokens(build_messages("", view))
+                    generated["student_prompt_ids"] = await self.ct_build_initial_tokens(build_messages("", view))
                 started = time.perf_counter()
                 outcome, next_view = await session.step(generated["text"])
                 env_seconds += time.perf_counter() - started
@@ -175,7 +188,8 @@ class ForgeAgentLoop(AgentLoopBase):
                 "experience_ids": list(experience.entry_ids),
                 "experience_text": experience.text,
                 "prompt_text": view.prompt,
-                "teacher_prompt_ids": s["teacher_prompt_ids"],
+                "experience_fallback": bool(experience.fallback),
+                "student_prompt_ids": s["student_prompt_ids"],
                 "failure_reason": failure,
                 "reward_extra_info": dict(outcome_info),
             }

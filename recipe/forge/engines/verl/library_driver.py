@@ -16,6 +16,7 @@ import ray
 from omegaconf import OmegaConf
 
 from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
+from recipe.forge.experience.metrics import RetrievalStats
 from recipe.forge.engines.verl.library_channel import get_or_create_broker
 
 
@@ -172,6 +173,10 @@ class LibraryDriver:
         trajectories = rows_to_trajectories(rows)
         metrics = reward_metrics(trajectories)
         if self.enabled:
+            # retrieval ran in the rollout workers: the provider counters come from the steps they produced
+            self.system.stats = RetrievalStats.from_rows(
+                [r.get("experience_ids") or () for r in rows], [bool(r.get("experience_fallback")) for r in rows]
+            )
             metrics.update({k: float(v) for k, v in self.system.evolve(trajectories, iteration).items()})
         return metrics
 

@@ -57,6 +57,11 @@ class StepArrays:
     library_version: np.ndarray
 
 
+def take(steps: StepArrays, rows: np.ndarray) -> StepArrays:
+    """The step data of ``rows`` (indices or a bool mask) only."""
+    return StepArrays(**{name: value[rows] for name, value in vars(steps).items()})
+
+
 def step_arrays(extra_fields: Sequence[Mapping[str, Any]]) -> StepArrays:
     """Collect the step fields of every row; a row without them was not produced by the forge agent loop."""
     rows = [getattr(row, "data", row) for row in extra_fields]
@@ -114,6 +119,7 @@ def compute_step_advantage(
     uid: Sequence[Any] | np.ndarray,
     steps: StepArrays,
     algorithm: Any,
+    returns: np.ndarray | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages and returns, each (bs, response_len), of the ``forge`` or ``gigpo`` estimator.
 
@@ -123,10 +129,11 @@ def compute_step_advantage(
         uid: (bs,) task-group uid (the G sessions of one prompt share it).
         steps: the rows' step data.
         algorithm: the typed ``algorithm`` section (ForgeAlgoConfig) or an equivalent mapping.
+        returns: (bs,) penalised discounted step returns when computed over more steps than these rows (steps
+            without a training row still discount into the steps before them); default: from ``steps``.
     """
-    gamma = float(_get(algorithm, "gamma"))
-    coef = float(_get(algorithm, "invalid_action_penalty_coef"))
-    returns = step_returns(steps, gamma, coef)
+    if returns is None:
+        returns = step_returns(steps, float(_get(algorithm, "gamma")), float(_get(algorithm, "invalid_action_penalty_coef")))
     if estimator == "forge":
         settings = _get(algorithm, "forge")
         if bool(_get(settings, "use_step_rewards")) and any(c is None for c in steps.cluster_id):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,8 @@ from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl import DataProto
+from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
 from verl.utils.debug import marked_timer
 from verl.workers.utils.padding import response_from_nested, response_to_nested
 
@@ -38,17 +41,30 @@ from recipe.forge.engines.verl.library_driver import LibraryDriver, RolloutServe
 logger = logging.getLogger(__name__)
 
 TRAINER_MODE = "forge"
-TEACHER_PARTITION = "forge_teacher"
 
 
-def rows_to_step_data(batch: KVBatchMeta) -> tuple[np.ndarray, Any, list[dict], np.ndarray]:
-    """Fetch (uid (bs,), nested response_mask, extra_fields list, real-row mask (bs,)) of a TQ batch."""
+STUDENT_TAG = "forge_student_of"  # tag of a distillation row: the key of the row it is the student view of
+
+
+@dataclass
+class BatchRows:
+    """What the advantage and library steps read of a TransferQueue batch, each per row (bs,)."""
+
+    uid: np.ndarray
+    response_mask: Any  # nested (bs, ragged) tensor
+    extra: list[dict]
+    real: np.ndarray  # bool: a step of an episode (not verl's padding, not a distillation row)
+    student: np.ndarray  # bool: a distillation row
+
+
+def read_rows(batch: KVBatchMeta) -> BatchRows:
     data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "response_mask", "extra_fields"])
     # pop (not []) returns the NonTensorStack, whose tolist() gives the per-row python objects
     uid = np.array(data.pop("uid").tolist(), dtype=object)
     extra = [getattr(e, "data", e) for e in data.pop("extra_fields").tolist()]
-    real = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
-    return uid, data["response_mask"], extra, real
+    student = np.array([STUDENT_TAG in tag for tag in batch.tags], dtype=bool)
+    padding = np.array([bool(tag.get("is_padding", False)) for tag in batch.tags], dtype=bool)
+    return BatchRows(uid, data["response_mask"], extra, ~padding & ~student, student)
 
 
 def compute_batch_advantages(
@@ -58,15 +74,19 @@ def compute_batch_advantages(
     extra_fields: list[dict],
     real: np.ndarray,
     algorithm: Any,
-) -> dict[str, torch.Tensor]:
-    """Token-level scores, and for step-level estimators advantages and returns, of a padded batch.
+) -> dict[str, Any]:
+    """Token-level scores, and for step-level estimators advantages, returns and step-group keys, of a batch.
+
+    A step whose generation was empty (response mask all 0) is a step of its episode: its reward counts in the
+    discounted returns of the steps before it, but it is no training sample and stays out of every group mean.
 
     Args:
         response_mask: (bs, response_len) padded.
-        extra_fields: (bs,) per-row dicts; padding rows (``real`` False) are ignored and get zeros.
+        extra_fields: (bs,) per-row dicts; rows with ``real`` False (padding, distillation rows) get zeros.
 
     Returns:
-        {"rm_scores": (bs, L)} plus {"advantages", "returns": (bs, L)} for forge / gigpo.
+        {"rm_scores": (bs, L)} plus, for forge / gigpo, {"advantages", "returns": (bs, L), "group_keys": (bs,)
+        object array: the step-group key each trained row was grouped by (None elsewhere)}.
     """
     idx = np.flatnonzero(real)
     steps = step_batch.step_arrays([extra_fields[i] for i in idx])
@@ -74,14 +94,35 @@ def compute_batch_advantages(
     mask = response_mask[idx]
     scores = torch.zeros(response_mask.shape, dtype=torch.float32)
     scores[idx] = step_batch.token_level_scores(steps, mask, coef)
-    out = {"rm_scores": scores}
+    out: dict[str, Any] = {"rm_scores": scores}
     if estimator in step_batch.STEP_ESTIMATORS:
-        adv, _ = step_batch.compute_step_advantage(estimator, scores[idx], mask, uid[idx], steps, algorithm)
+        returns = step_batch.step_returns(steps, float(step_batch._get(algorithm, "gamma")), coef)
+        trained = (mask.sum(-1) > 0).numpy()
+        rows = idx[trained]
+        kept = step_batch.take(steps, trained)
+        adv, _ = step_batch.compute_step_advantage(
+            estimator, scores[rows], response_mask[rows], uid[rows], kept, algorithm, returns=returns[trained]
+        )
         advantages = torch.zeros(response_mask.shape, dtype=torch.float32)
-        advantages[idx] = adv.to(torch.float32)
+        advantages[rows] = adv.to(torch.float32)
         out["advantages"] = advantages
         out["returns"] = advantages.clone()
+        group_keys = np.full(len(real), None, dtype=object)
+        group_keys[rows] = kept.cluster_id if estimator == "forge" else kept.anchor_obs
+        out["group_keys"] = group_keys
     return out
+
+
+def groups_equal_clusters(group_keys: np.ndarray, extra_fields: list[dict]) -> float:
+    """1.0 when every trained row's step group is the observation cluster that drove its retrieval, else 0.0."""
+    trained = [i for i, key in enumerate(group_keys) if key is not None]
+    return float(all(group_keys[i] == extra_fields[i].get("cluster_id") for i in trained))
+
+
+def logprob_gap_max(rollout_log_probs: torch.Tensor, old_log_probs: torch.Tensor, response_mask: torch.Tensor) -> float:
+    """max |rollout log-prob - actor log-prob| over the response tokens; all (bs, response_len)."""
+    gap = (rollout_log_probs.float() - old_log_probs.float()).abs() * response_mask.float()
+    return float(gap.max()) if gap.numel() else 0.0
 
 
 @register_trainer(TRAINER_MODE)
@@ -113,14 +154,12 @@ class ForgeTrainer(PPOTrainerSync):
         self.library = LibraryDriver.from_trainer_config(config, llm=llm)
         self._iteration_rows: list[dict] = []
         self._checkpoint_folder: str | None = None  # set when verl saved a checkpoint this iteration
-        self._driver_clusters: dict[str, int | None] = {}  # batch key -> cluster id after absorb
         self.distill = bool(config.algorithm.forge.use_distillation) and self.library.enabled
         if self.distill:
             from agent_system.environments.config import env_config_from_mapping
             from omegaconf import OmegaConf
 
             check_distillation_config(config.algorithm, env_config_from_mapping(OmegaConf.to_container(config.env)))
-        self._teacher_log_probs: dict[str, torch.Tensor] = {}  # batch key -> (response_len,) teacher log-probs
 
     def _init_resource_pool_mgr(self):
         super()._init_resource_pool_mgr()
@@ -147,113 +186,135 @@ class ForgeTrainer(PPOTrainerSync):
     # ------------------------------------------------------------ advantage step
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         estimator = str(self.config.algorithm.adv_estimator)
-        if estimator in step_batch.STEP_ESTIMATORS and self.config.algorithm.use_kl_in_reward:
+        step_level = estimator in step_batch.STEP_ESTIMATORS
+        if step_level and self.config.algorithm.use_kl_in_reward:
             raise ValueError(f"algorithm.use_kl_in_reward is not supported with the {estimator!r} estimator")
-        uid, nested_mask, extra, real = rows_to_step_data(batch)
-        if self.library.enabled:
-            # the workers' local cluster ids become the driver's clusters: the groups of the advantage
-            # are the clusters that drive retrieval from the next version on
-            real_idx = np.flatnonzero(real)
-            clusters = self.library.absorb([extra[i] for i in real_idx])
-            for i, cluster in zip(real_idx, clusters):
-                extra[i] = {**extra[i], "cluster_id": cluster}
-                self._driver_clusters[batch.keys[i]] = cluster
-        padded_mask = TensorDict({"m": nested_mask}, batch_size=len(batch)).to_padded_tensor()["m"]
-        computed = compute_batch_advantages(estimator, uid, padded_mask, extra, real, self.config.algorithm)
+        rows = read_rows(batch)
+        padded_mask = TensorDict({"m": rows.response_mask}, batch_size=len(batch)).to_padded_tensor()["m"]
+        computed = compute_batch_advantages(estimator, rows.uid, padded_mask, rows.extra, rows.real, self.config.algorithm)
+        if step_level:
+            metrics["forge/groups_equal_clusters"] = groups_equal_clusters(computed.pop("group_keys"), rows.extra)
+            if self.distill:
+                self._add_distillation_advantages(batch, rows, computed, metrics)
         fields = TensorDict(
-            {name: response_to_nested(value, nested_mask) for name, value in computed.items()}, batch_size=len(batch)
+            {name: response_to_nested(value, rows.response_mask) for name, value in computed.items()}, batch_size=len(batch)
         )
         batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
-        if estimator not in step_batch.STEP_ESTIMATORS:
-            batch = super()._compute_advantage(batch, metrics)
-        if self.distill:
-            batch = self._add_distillation_term(batch, metrics)
-        return batch
+        self._log_rollout_actor_gap(batch, rows, metrics)
+        if not step_level:
+            return super()._compute_advantage(batch, metrics)
+        return self._apply_rollout_correction(batch, metrics)
+
+    def _log_rollout_actor_gap(self, batch: KVBatchMeta, rows: BatchRows, metrics: dict) -> None:
+        """forge/rollout_actor_logprob_diff_max: the rollout server's and the actor's log-probs of the same tokens."""
+        if not self.config.actor_rollout_ref.rollout.calculate_log_probs:
+            return
+        keys = [batch.keys[i] for i in np.flatnonzero(rows.real)]
+        data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id,
+                               select_fields=["rollout_log_probs", "old_log_probs", "response_mask"]).to_padded_tensor()
+        metrics["forge/rollout_actor_logprob_diff_max"] = logprob_gap_max(
+            data["rollout_log_probs"], data["old_log_probs"], data["response_mask"]
+        )
+
+    def _apply_rollout_correction(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        """verl's rollout correction (IS weights, rejection mask, rollout_corr/* metrics) for the step-level
+        estimators, whose advantages do not go through verl's own advantage step; same conditions as verl's."""
+        config = self.config.algorithm.get("rollout_correction", None)
+        if config is None or config.get("bypass_mode", False):
+            return batch
+        names = ["old_log_probs", "rollout_log_probs", "response_mask"]
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=names)
+        nested_mask = data["response_mask"]
+        proto, correction_metrics = compute_rollout_correction_and_add_to_batch(
+            DataProto(batch=data.to_padded_tensor()), config
+        )
+        metrics.update(correction_metrics)
+        out = {"response_mask": response_to_nested(proto.batch["response_mask"], nested_mask)}
+        if "rollout_is_weights" in proto.batch:
+            out["rollout_is_weights"] = response_to_nested(proto.batch["rollout_is_weights"], nested_mask)
+        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(out, batch_size=len(batch)))
 
     # ------------------------------------------------------------ self-distillation
     def _compute_old_log_prob(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         batch = super()._compute_old_log_prob(batch, metrics)
         if self.distill:
-            self._compute_teacher_log_probs(batch)
+            batch = self._add_student_rows(batch)
         return batch
 
-    def _compute_teacher_log_probs(self, batch: KVBatchMeta) -> None:
-        """The actor's log-prob pass over (library-augmented prompt + the same response) of every row that had
-        experiences; the result stays on the driver until the advantage step."""
+    def _add_student_rows(self, batch: KVBatchMeta) -> KVBatchMeta:
+        """One distillation row per step that had experiences: the plain (student) prompt + the same response.
+
+        Its old log-probs are the current policy's on the student's context, its rollout log-probs the same (its
+        tokens were not sampled in that context, so no off-policy correction applies to it); it joins the batch
+        after the step rows' own old-log-prob pass and before the reference pass, so verl treats it as any row.
+        """
         from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-        _, _, extra, real = rows_to_step_data(batch)
-        rows = [i for i in np.flatnonzero(real) if extra[i].get("teacher_prompt_ids")]
-        self._teacher_log_probs = {}
-        if not rows:
-            return
-        keys = [batch.keys[i] for i in rows]
-        full = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id)
-        if any(len(m) for m in full.pop("multi_modal_inputs", [{}] * len(rows)).tolist() if isinstance(m, dict)):
-            raise ValueError("self-distillation on the verl engine supports text observations only")
+        rows = read_rows(batch)
+        sources = [i for i in np.flatnonzero(rows.real) if rows.extra[i].get("student_prompt_ids")]
+        if not sources:
+            return batch
+        source_keys = [batch.keys[i] for i in sources]
+        full = tq.kv_batch_get(keys=source_keys, partition_id=batch.partition_id)
+        columns = {name: (value.tolist() if not isinstance(value, torch.Tensor) else value) for name, value in full.items()}
         samples, tags = [], []
-        for j, i in enumerate(rows):
-            sample = {name: full[name][j] for name in ("responses", "response_mask", "rollout_log_probs") if name in full}
-            prompt = torch.tensor(extra[i]["teacher_prompt_ids"], dtype=torch.int64)
+        for j, i in enumerate(sources):
+            sample = {name: column[j] for name, column in columns.items()}
+            prompt = torch.tensor(rows.extra[i]["student_prompt_ids"], dtype=torch.int64)
             sample["prompts"] = prompt
             sample["input_ids"] = torch.cat([prompt, sample["responses"]])
             sample["attention_mask"] = torch.ones_like(sample["input_ids"])
             sample["position_ids"] = torch.arange(sample["input_ids"].numel(), dtype=torch.int64)
-            sample["loss_mask"] = sample["response_mask"]
-            sample["multi_modal_inputs"] = {}
             samples.append(sample)
-            tag = dict(batch.tags[i])
-            tag.update(prompt_len=prompt.numel(), seq_len=int(sample["input_ids"].numel()))
-            tags.append(tag)
-        teacher_keys = [f"{key}_teacher" for key in keys]
-        tq.kv_batch_put(keys=teacher_keys, partition_id=TEACHER_PARTITION, fields=list_of_dict_to_tensordict(samples), tags=tags)
-        meta = self._balance_batch(KVBatchMeta(partition_id=TEACHER_PARTITION, keys=teacher_keys, tags=tags), {}, "forge_teacher_seqlen")
+            tags.append({**batch.tags[i], "prompt_len": prompt.numel(), "seq_len": int(sample["input_ids"].numel()),
+                         STUDENT_TAG: batch.keys[i]})
+        keys = [f"{key}_student" for key in source_keys]
+        tq.kv_batch_put(keys=keys, partition_id=batch.partition_id, fields=list_of_dict_to_tensordict(samples), tags=tags)
+        meta = self._balance_batch(KVBatchMeta(partition_id=batch.partition_id, keys=keys, tags=tags), {}, "forge_student_seqlen")
         meta.extra_info.update(
-            {"calculate_entropy": False, "compute_loss": False, "temperature": self.config.actor_rollout_ref.rollout.temperature}
+            {"calculate_entropy": True, "compute_loss": False, "temperature": self.config.actor_rollout_ref.rollout.temperature}
         )
         self.actor_rollout_wg.compute_log_prob(meta)
-        out = tq.kv_batch_get(keys=teacher_keys, partition_id=TEACHER_PARTITION, select_fields=["log_probs", "response_mask"])
-        log_probs = response_from_nested(out.pop("log_probs"), out["response_mask"])
-        for key, values in zip(keys, log_probs.unbind()):
-            self._teacher_log_probs[key] = values
-        tq.kv_clear(keys=meta.keys, partition_id=TEACHER_PARTITION)
+        out = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=["log_probs", "entropy", "response_mask"])
+        old = response_from_nested(out.pop("log_probs"), out["response_mask"])
+        fields = {"old_log_probs": old, "rollout_log_probs": old.clone(),
+                  "entropy": response_from_nested(out.pop("entropy"), out["response_mask"])}
+        tq.kv_batch_put(keys=meta.keys, partition_id=meta.partition_id, fields=TensorDict(fields, batch_size=len(meta)))
+        return KVBatchMeta(partition_id=batch.partition_id, keys=list(batch.keys) + list(meta.keys),
+                           tags=list(batch.tags) + list(meta.tags), extra_info=dict(batch.extra_info))
 
-    def _add_distillation_term(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
-        """advantages (and returns) += -w (log pi_student - log pi_teacher) on the rows that had a teacher."""
+    def _add_distillation_advantages(self, batch: KVBatchMeta, rows: BatchRows, computed: dict, metrics: dict) -> None:
+        """The advantage of every distillation row: ``-w (log pi(a_t | plain) - log pi(a_t | with library))`` per
+        response token (the sampled-token estimate of the reverse KL from the student to the teacher), with ``w``
+        ramped by the library's fill ratio up to ``max_distill_weight``."""
         forge = self.config.algorithm.forge
         capacity = 3 * (int(forge.golden_capacity_per_level) + int(forge.warning_capacity_per_level))
         weight = distillation_weight(len(self.library.system.library), capacity, float(forge.max_distill_weight))
+        students = np.flatnonzero(rows.student)
         metrics["forge/distill_weight"] = weight
-        keys = [k for k in batch.keys if k in self._teacher_log_probs]
-        if not keys or weight == 0.0:
-            return batch
-        data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["old_log_probs", "advantages", "response_mask"])
-        nested_mask = data["response_mask"]
+        metrics["forge/distill_rows"] = float(len(students))
+        if not len(students):
+            return
+        position = {key: i for i, key in enumerate(batch.keys)}
+        teachers = [position[batch.tags[i][STUDENT_TAG]] for i in students]
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["old_log_probs", "response_mask"])
         padded = data.to_padded_tensor()
-        teacher = torch.nn.utils.rnn.pad_sequence([self._teacher_log_probs[k] for k in keys], batch_first=True)
-        teacher = teacher[:, : padded["old_log_probs"].shape[1]]
-        term = distillation_advantage(padded["old_log_probs"], teacher, padded["response_mask"], weight)
-        advantages = padded["advantages"] + term
-        metrics["forge/distill_logprob_gap"] = float(
-            ((padded["old_log_probs"] - teacher) * padded["response_mask"]).sum() / padded["response_mask"].sum().clamp(min=1)
-        )
-        fields = TensorDict(
-            {"advantages": response_to_nested(advantages, nested_mask), "returns": response_to_nested(advantages, nested_mask)},
-            batch_size=len(keys),
-        )
-        tq.kv_batch_put(keys=keys, partition_id=batch.partition_id, fields=fields)
-        self._teacher_log_probs = {}
-        return batch
+        student_lp, teacher_lp = padded["old_log_probs"][students], padded["old_log_probs"][teachers]
+        mask = padded["response_mask"][students]
+        term = distillation_advantage(student_lp, teacher_lp, mask, weight)
+        computed["advantages"][students] = term
+        computed["returns"][students] = term
+        metrics["forge/distill_logprob_gap"] = float(((student_lp - teacher_lp) * mask).sum() / mask.sum().clamp(min=1))
 
     # ------------------------------------------------------------- iteration end
     def step(self, metrics: dict, timing_raw: dict) -> KVBatchMeta:
         batch = super().step(metrics, timing_raw)
-        _, _, extra, real = rows_to_step_data(batch)
-        self._iteration_rows = [
-            {**extra[i], "cluster_id": self._driver_clusters.get(batch.keys[i], extra[i].get("cluster_id"))}
-            for i in np.flatnonzero(real)
-        ]
-        self._driver_clusters.clear()
+        rows = read_rows(batch)
+        steps = [rows.extra[i] for i in np.flatnonzero(rows.real)]
+        # the library files the steps under its own clusters; the advantage grouped them by the clusters that
+        # drove their retrieval (the workers' ids), which is what a step's record keeps otherwise
+        clusters = self.library.absorb(steps)
+        self._iteration_rows = [{**row, "cluster_id": cluster} for row, cluster in zip(steps, clusters)]
         metrics.update(step_batch.episode_metrics(step_batch.step_arrays(self._iteration_rows)))
         return batch
 

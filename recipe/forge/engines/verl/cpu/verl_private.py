@@ -33,7 +33,12 @@ def unpinned_cpu_offload_policy():
 
     with _PATCH_LOCK:
         original = transformer_impl.CPUOffloadPolicy
-        transformer_impl.CPUOffloadPolicy = functools.partial(original, pin_memory=False)
+
+        @functools.wraps(original)
+        def unpinned(*args, **kwargs):
+            return original(*args, **{**kwargs, "pin_memory": False})
+
+        transformer_impl.CPUOffloadPolicy = unpinned
         try:
             yield
         finally:
