@@ -3,7 +3,9 @@ ChatML template, no weights, no downloads) and the composed run config."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -78,3 +80,57 @@ def run_config_factory():
 
 
 os.environ.setdefault("VERL_LOGGING_LEVEL", "WARN")
+
+
+@contextlib.contextmanager
+def agent_loop_stack(cfg, llm_client, num_cpus: int = 4):
+    """verl's own AgentLoopManagerTQ with its workers on a local Ray (``num_cpus`` logical CPUs) and TransferQueue
+    (SimpleStorage, one unit), the LLM server client given; yields the manager. ``cfg`` is a prepared run config."""
+    import ray
+    import transfer_queue as tq
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ
+
+    OmegaConf.resolve(cfg)
+    cfg.transfer_queue.enable = True
+    if ray.is_initialized():  # a Ray left by another test module would lack the logical CPUs needed here
+        ray.shutdown()
+    ray.init(num_cpus=num_cpus, include_dashboard=False, runtime_env={"env_vars": {"TRANSFER_QUEUE_ENABLE": "1"}})
+    tq.init(cfg.transfer_queue)
+    try:
+        yield AgentLoopManagerTQ.create(config=cfg, llm_client=llm_client, teacher_client=None, reward_loop_worker_handles=None)
+    finally:
+        tq.close()
+        ray.shutdown()
+
+
+def submit_tasks(manager, rows: list[dict], global_steps: int):
+    """Submit dataset ``rows`` (one per task) like verl's trainer does and sample the finished groups from verl's
+    replay buffer; returns (KVBatchMeta, the uid of each row)."""
+    import numpy as np
+    import transfer_queue as tq
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+    from verl.utils import tensordict_utils as tu
+    from verl.utils.dataset.rl_dataset import collate_fn
+
+    batch_dict = collate_fn(rows)
+    batch_dict["uid"] = np.array([str(uuid.uuid4()) for _ in rows], dtype=object)
+    batch = tu.get_tensordict(batch_dict)
+    tu.assign_non_tensor_data(batch, "global_steps", global_steps)
+    tags = [{"is_prompt": True, "status": "pending", "global_steps": global_steps}] * len(rows)
+    tq.kv_batch_put(keys=list(batch["uid"]), partition_id="train", tags=tags)
+    manager.generate_sequences(batch)
+    buffer = ReplayBuffer(
+        trainer_mode="sync", trainer_config={}, max_off_policy_threshold=None, max_off_policy_strategy="drop",
+        sampler_kwargs={}, poll_interval=0.2, train_batch_size=len(rows), gen_batch_size=len(rows),
+    )
+    meta, _ = buffer.sample(global_steps=global_steps, partition_id="train", batch_size=len(rows))
+    return meta, list(batch_dict["uid"])
+
+
+@pytest.fixture(scope="session")
+def verl_rollout():
+    """The helpers above: ``agent_loop_stack``, ``submit_tasks``."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(agent_loop_stack=agent_loop_stack, submit_tasks=submit_tasks)

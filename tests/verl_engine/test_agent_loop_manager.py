@@ -8,7 +8,6 @@ stored rows, the experience library published through the broker. Stand-in: the 
 
 from __future__ import annotations
 
-import uuid
 from collections import defaultdict
 
 import numpy as np
@@ -24,13 +23,9 @@ PENALTY = 0.1
 
 
 @pytest.fixture(scope="module")
-def verl_stack(tiny_model_dir, run_config_factory, tmp_path_factory):
-    import ray
-    import transfer_queue as tq
-    from omegaconf import OmegaConf
+def verl_stack(tiny_model_dir, run_config_factory, tmp_path_factory, verl_rollout):
     from transformers import AutoTokenizer
     from verl.trainer.ppo.utils import create_rl_dataset
-    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ
 
     from recipe.forge.engines.verl.main import prepare_verl_config
     from recipe.forge.engines.verl.scripted_client import ScriptedLLMClient
@@ -39,6 +34,7 @@ def verl_stack(tiny_model_dir, run_config_factory, tmp_path_factory):
     cfg = run_config_factory(
         [
             "trainer.engine=verl",
+            "trainer.device=cuda",  # the settings of a GPU run; only the LLM client is a stand-in
             "algorithm.adv_estimator=forge",
             f"algorithm.gamma={GAMMA}",
             f"algorithm.invalid_action_penalty_coef={PENALTY}",
@@ -64,44 +60,16 @@ def verl_stack(tiny_model_dir, run_config_factory, tmp_path_factory):
         ]
     )
     cfg = prepare_verl_config(cfg)
-    OmegaConf.resolve(cfg)
-    cfg.transfer_queue.enable = True
-    if ray.is_initialized():  # a Ray left by another test module would lack the 4 logical CPUs needed here
-        ray.shutdown()
-    ray.init(num_cpus=4, include_dashboard=False, runtime_env={"env_vars": {"TRANSFER_QUEUE_ENABLE": "1"}})
-    tq.init(cfg.transfer_queue)
-    try:
-        manager = AgentLoopManagerTQ.create(
-            config=cfg, llm_client=ScriptedLLMClient(cfg), teacher_client=None, reward_loop_worker_handles=None
-        )
+    with verl_rollout.agent_loop_stack(cfg, ScriptedLLMClient(cfg)) as manager:
         tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
         dataset = create_rl_dataset(cfg.data.train_files, cfg.data, tokenizer, None, is_train=True, max_samples=8)
-        yield {"cfg": cfg, "manager": manager, "tokenizer": tokenizer, "dataset": dataset}
-    finally:
-        tq.close()
-        ray.shutdown()
+        yield {"cfg": cfg, "manager": manager, "tokenizer": tokenizer, "dataset": dataset, "helpers": verl_rollout}
 
 
 def rollout(stack, first_row: int, global_steps: int):
     """Submit TASKS prompts like verl's trainer does and sample the finished groups from the replay buffer."""
-    import transfer_queue as tq
-    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
-    from verl.utils import tensordict_utils as tu
-    from verl.utils.dataset.rl_dataset import collate_fn
-
     rows = [stack["dataset"][i] for i in range(first_row, first_row + TASKS)]
-    batch_dict = collate_fn(rows)
-    batch_dict["uid"] = np.array([str(uuid.uuid4()) for _ in rows], dtype=object)
-    batch = tu.get_tensordict(batch_dict)
-    tu.assign_non_tensor_data(batch, "global_steps", global_steps)
-    tags = [{"is_prompt": True, "status": "pending", "global_steps": global_steps}] * TASKS
-    tq.kv_batch_put(keys=list(batch["uid"]), partition_id="train", tags=tags)
-    stack["manager"].generate_sequences(batch)
-    buffer = ReplayBuffer(
-        trainer_mode="sync", trainer_config={}, max_off_policy_threshold=None, max_off_policy_strategy="drop",
-        sampler_kwargs={}, poll_interval=0.2, train_batch_size=TASKS, gen_batch_size=TASKS,
-    )
-    meta, _ = buffer.sample(global_steps=global_steps, partition_id="train", batch_size=TASKS)
+    meta, _ = stack["helpers"].submit_tasks(stack["manager"], rows, global_steps)
     return meta, [r["extra_info"]["seed"] for r in rows]
 
 
@@ -109,6 +77,16 @@ def fetch(meta, fields):
     import transfer_queue as tq
 
     return tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=fields)
+
+
+def with_old_log_probs(meta):
+    """What verl's old-log-prob pass leaves in TransferQueue (no actor here: the rollout's own log-probs)."""
+    import transfer_queue as tq
+
+    data = fetch(meta, ["rollout_log_probs"])
+    data["old_log_probs"] = data.pop("rollout_log_probs")
+    tq.kv_batch_put(keys=meta.keys, partition_id=meta.partition_id, fields=data)
+    return meta
 
 
 def naive_forge_advantage(rows, uids, w=1.0):
@@ -186,14 +164,17 @@ def test_forge_agent_rows_reach_the_batch_and_the_trainer_step(verl_stack):
         # verl copies the last step's reward_score onto every row: all equal the episode return here
         assert float(data["rm_scores"][i].sum()) == pytest.approx(row["episode_return"])
 
-    # the trainer's advantage step on the stored rows equals the definition, with the driver's clusters
-    trainer._compute_advantage(meta, {})
-    absorbed = [trainer._driver_clusters[k] for k in meta.keys]
-    assert all(c is not None and c >= 0 for c in absorbed)
+    # the trainer's advantage step on the stored rows equals the definition, grouped by the clusters that drove
+    # retrieval in the worker
+    metrics: dict = {}
+    trainer._compute_advantage(with_old_log_probs(meta), metrics)
+    assert metrics["forge/groups_equal_clusters"] == 1.0 and metrics["forge/rollout_actor_logprob_diff_max"] == 0.0
     stored = fetch(meta, ["advantages", "returns", "rm_scores", "response_mask"])
     mask = stored["response_mask"].to_padded_tensor(0)
     advantages = stored["advantages"].to_padded_tensor(0.0)
-    expected = naive_forge_advantage([{**r, "cluster_id": c} for r, c in zip(rows, absorbed)], uids)
+    expected = naive_forge_advantage(rows, uids)
+    absorbed = trainer.library.absorb(rows)  # the library files them under the driver's clusters
+    assert all(c is not None and c >= 0 for c in absorbed)
     for i in range(len(rows)):
         n_tokens = int(mask[i].sum())
         np.testing.assert_allclose(advantages[i, :n_tokens].numpy(), expected[i], rtol=1e-5, atol=1e-5)
@@ -239,7 +220,7 @@ def test_trainer_iteration_hooks_evolve_publish_and_checkpoint_the_library(verl_
     meta, _ = rollout(verl_stack, 0, global_steps=1)  # the same tasks again, under new uids
 
     def verl_step(self, metrics, timing_raw):  # verl's step: old log-probs, advantage, update (here: advantage only)
-        return self._compute_advantage(meta, metrics)
+        return self._compute_advantage(with_old_log_probs(meta), metrics)
 
     saved = []
     monkeypatch.setattr(PPOTrainerSync, "step", verl_step)

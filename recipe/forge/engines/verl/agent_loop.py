@@ -66,6 +66,10 @@ class ForgeAgentLoop(AgentLoopBase):
         self.response_length = int(self.rollout_config.response_length)
         # self-distillation: rows also carry the plain (student) prompt of every step that had experiences
         self.distill = bool(OmegaConf.select(self.config, "algorithm.forge.use_distillation", default=False))
+        # the prefilled start of every response (a format aid for tiny models), as on the embedded engine: part of
+        # the prompt ids, and of the text the environment sees
+        self.response_prefix = str(OmegaConf.select(self.config, "trainer.local.response_prefix", default="") or "")
+        self.prefix_ids = self.tokenizer.encode(self.response_prefix, add_special_tokens=False) if self.response_prefix else []
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> list[AgentLoopOutput]:
         extra_info = dict(kwargs.get("extra_info") or {})
@@ -94,7 +98,9 @@ class ForgeAgentLoop(AgentLoopBase):
                 # plain prompt is the student's view, scored by the trainer against this row's (teacher) context
                 generated["student_prompt_ids"] = None
                 if self.distill and experience.text:
-                    generated["student_prompt_ids"] = await self.ct_build_initial_tokens(build_messages("", view))
+                    generated["student_prompt_ids"] = [
+                        *await self.ct_build_initial_tokens(build_messages("", view)), *self.prefix_ids
+                    ]
                 started = time.perf_counter()
                 outcome, next_view = await session.step(generated["text"])
                 env_seconds += time.perf_counter() - started
@@ -131,7 +137,7 @@ class ForgeAgentLoop(AgentLoopBase):
         multi_modal_data = await self.process_multi_modal_info(messages)
         images = multi_modal_data.get("images")
         self._assert_mm_supported(bool(multi_modal_data))
-        prompt_ids = await self.ct_build_initial_tokens(messages, images=images)
+        prompt_ids = list(await self.ct_build_initial_tokens(messages, images=images)) + self.prefix_ids
         output = await self.server_manager.generate(
             request_id=uuid4().hex, prompt_ids=prompt_ids, sampling_params=sampling_params, image_data=images
         )
@@ -141,7 +147,7 @@ class ForgeAgentLoop(AgentLoopBase):
             "prompt_ids": prompt_ids,
             "response_ids": response_ids,
             "logprobs": logprobs,
-            "text": self.tokenizer.decode(response_ids, skip_special_tokens=True),
+            "text": self.response_prefix + self.tokenizer.decode(response_ids, skip_special_tokens=True),
             "multi_modal_data": multi_modal_data or None,
             "server_fields": dict(output.extra_fields),
         }

@@ -1,4 +1,10 @@
-"""A stand-in for verl's LLM server client, for CPU tests of the forge agent loop inside verl's manager.
+"""LLM server clients for tests of the forge agent loop inside verl's own agent-loop manager.
+
+:class:`ServerActorClient` forwards every request to one named rollout server actor (the CPU backend's
+:class:`~recipe.forge.engines.verl.cpu.hf_rollout.HFRolloutServer`), without verl's load balancer and weight
+sync: the cross-engine test drives the agent loop with a real model that way.
+
+:class:`ScriptedLLMClient` is a stand-in, for CPU tests of the agent loop's plumbing.
 
 verl 0.9.1 has no CPU rollout backend (vLLM / SGLang / TensorRT-LLM only), so CPU tests replace the client
 that AgentLoopWorkers call with this one. It subclasses verl's ``LLMServerClient`` and keeps its
@@ -11,6 +17,8 @@ from __future__ import annotations
 
 import random
 from typing import Any, Optional, Sequence
+
+import ray
 
 from verl.workers.rollout.llm_server import LLMServerClient
 from verl.workers.rollout.replica import TokenOutput
@@ -74,3 +82,20 @@ class ScriptedLLMClient(LLMServerClient):
                 "max_global_steps": self.global_steps,
             },
         )
+
+
+class ServerActorClient(LLMServerClient):
+    """Sends each ``generate`` to the named Ray actor ``server_name`` (a rollout server with verl's ``generate``)."""
+
+    def __init__(self, config: Any, server_name: str):
+        super().__init__(config, load_balancer_handle=None)
+        self.server_name = server_name
+
+    async def generate(self, request_id, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs) -> TokenOutput:
+        server = ray.get_actor(self.server_name)
+        output = await server.generate.remote(prompt_ids=prompt_ids, sampling_params=sampling_params,
+                                              request_id=str(request_id), **kwargs)
+        steps = output.extra_fields.get("global_steps")
+        output.extra_fields.setdefault("min_global_steps", steps)
+        output.extra_fields.setdefault("max_global_steps", steps)
+        return output

@@ -193,7 +193,9 @@ class ForgeTrainer(PPOTrainerSync):
         padded_mask = TensorDict({"m": rows.response_mask}, batch_size=len(batch)).to_padded_tensor()["m"]
         computed = compute_batch_advantages(estimator, rows.uid, padded_mask, rows.extra, rows.real, self.config.algorithm)
         if step_level:
-            metrics["forge/groups_equal_clusters"] = groups_equal_clusters(computed.pop("group_keys"), rows.extra)
+            group_keys = computed.pop("group_keys")
+            if estimator == "forge":
+                metrics["forge/groups_equal_clusters"] = groups_equal_clusters(group_keys, rows.extra)
             if self.distill:
                 self._add_distillation_advantages(batch, rows, computed, metrics)
         fields = TensorDict(

@@ -1,0 +1,146 @@
+"""The distributed engine on a CPU, end to end: verl's own trainer and workers, the hf rollout server, SLEA-RL.
+
+Runs ``python -m recipe.forge.main_forge trainer.engine=verl trainer.device=cpu`` (the user's entry point) on
+Gym Cards NumberLine with a tiny Llama (SmolLM2's tokenizer, weights set so that it answers in the action format
+part of the time) or SmolLM2-135M-Instruct itself (``--model smollm2``), the library's gates open from iteration 1,
+and reads verl's metrics file. Prints a table, or one JSON line with ``--json``:
+
+  iterations, estimator, grad_norm (last iteration), experiences_per_step (mean over iteration 2),
+  groups_equal_clusters (every row's step group was the cluster that drove its retrieval, every iteration),
+  rollout_actor_logprob_diff_max (max |rollout server log-prob - actor log-prob| over the same tokens),
+  success_rate and valid_action_ratio per iteration, seconds per iteration, wall_s.
+
+Usage: python scripts/verl_cpu_smoke.py [--json] [--estimator forge|gigpo|grpo] [--iterations 2] [--distill]
+       [--kl] [--save-freq N] [--resume] [--out DIR] [--model tiny|smollm2] [extra Hydra overrides ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_overrides(args: argparse.Namespace, model_path: str, out: Path) -> list[str]:
+    micro = 2 * args.group_size
+    overrides = [
+        "trainer.engine=verl", "trainer.device=cpu", f"algorithm.adv_estimator={args.estimator}",
+        "env.env_name=gym_cards/NumberLine-v0", "env.gym_cards.target_max=3", "env.max_steps=3",
+        f"env.rollout.n={args.group_size}", "env.history_length=0", f"data.train_batch_size={args.tasks}",
+        f"data.val_batch_size={args.tasks}", "algorithm.forge.warmup_iterations=0", "algorithm.forge.min_library_size=0",
+        f"algorithm.forge.checkpoint_dir={out}/library", f"actor_rollout_ref.model.path={model_path}",
+        "data.max_prompt_length=512", f"data.max_response_length={args.response_length}",
+        "actor_rollout_ref.rollout.prompt_length=512", f"actor_rollout_ref.rollout.response_length={args.response_length}",
+        # verl pads the step rows to a multiple of ppo_mini_batch_size x rollout.n; micro-batches must divide it
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2", f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
+        f"actor_rollout_ref.actor.use_kl_loss={args.kl}", f"actor_rollout_ref.actor.optim.lr={args.lr}",
+        "actor_rollout_ref.rollout.agent.num_workers=1", "reward.num_workers=1",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        "trainer.n_gpus_per_node=1", "trainer.nnodes=1", "trainer.logger=[console,jsonl]",
+        "trainer.val_before_train=false", "trainer.test_freq=-1", f"trainer.save_freq={args.save_freq}",
+        f"trainer.resume_mode={'auto' if args.resume else 'disable'}", f"trainer.default_local_dir={out}/run",
+        f"trainer.total_training_steps={args.iterations}", "trainer.total_epochs=1",
+    ]
+    if args.distill:
+        overrides += ["algorithm.forge.use_distillation=true", "algorithm.forge.divergence_type=reverse_kl"]
+    return overrides + list(args.overrides)
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """verl's file logger: one {"step": n, "data": {...}} line per iteration (the last write of a step wins)."""
+    by_step: dict[int, dict] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            record = json.loads(line)
+            by_step[int(record["step"])] = record["data"]
+    return [by_step[step] for step in sorted(by_step)]
+
+
+def summarise(history: list[dict], estimator: str, wall_s: float) -> dict:
+    last = history[-1] if history else {}
+    second = history[1] if len(history) > 1 else {}
+    groups = [h.get("forge/groups_equal_clusters") for h in history if "forge/groups_equal_clusters" in h]
+    gaps = [h["forge/rollout_actor_logprob_diff_max"] for h in history if "forge/rollout_actor_logprob_diff_max" in h]
+    return {
+        "iterations": len(history),
+        "first_step": int(history[0]["training/global_step"]) if history else None,
+        "estimator": estimator,
+        "grad_norm": last.get("actor/grad_norm"),
+        "experiences_per_step": second.get("forge/experiences_per_step"),
+        "groups_equal_clusters": bool(groups) and all(g == 1.0 for g in groups),
+        "rollout_actor_logprob_diff_max": max(gaps) if gaps else None,
+        "kl_loss": last.get("actor/kl_loss"),
+        "distill_rows": last.get("forge/distill_rows"),
+        "library_size": last.get("forge/library_total_size"),
+        "success_rate": [h.get("episode/success_rate") for h in history],
+        "valid_action_ratio": [h.get("episode/valid_action_ratio") for h in history],
+        "seconds_per_iteration": [h.get("timing_s/step") for h in history],
+        "wall_s": round(wall_s, 1),
+    }
+
+
+def model_folder(choice: str, out: Path) -> str:
+    if choice == "smollm2":
+        from recipe.forge.engines.local.model_loading import resolve_model_path
+
+        return resolve_model_path("smollm2-135m-instruct")
+    from recipe.forge.engines.local.tiny import save_tiny_model_dir
+
+    path = out / "tiny_model"
+    return str(path) if (path / "config.json").exists() else save_tiny_model_dir(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--estimator", default="forge")
+    parser.add_argument("--iterations", type=int, default=2)
+    parser.add_argument("--tasks", type=int, default=2)
+    parser.add_argument("--group-size", type=int, default=2)
+    parser.add_argument("--response-length", type=int, default=16)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--distill", action="store_true")
+    parser.add_argument("--kl", action="store_true")
+    parser.add_argument("--save-freq", type=int, default=-1)
+    parser.add_argument("--resume", action="store_true", help="resume from the latest checkpoint under --out")
+    parser.add_argument("--model", choices=["tiny", "smollm2"], default="tiny")
+    parser.add_argument("--out", default=None, help="run folder (default: a new temporary folder)")
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides")
+    args = parser.parse_args(argv)
+
+    out = Path(args.out or tempfile.mkdtemp(prefix="slea_rl_verl_cpu_"))
+    out.mkdir(parents=True, exist_ok=True)
+    model_path = model_folder(args.model, out)
+    metrics_path = out / "run" / "metrics.jsonl"
+    log_path = out / f"train_{int(time.time())}.log"
+    command = [sys.executable, "-m", "recipe.forge.main_forge", *run_overrides(args, model_path, out)]
+    started = time.perf_counter()
+    with open(log_path, "w") as log:
+        result = subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    wall_s = time.perf_counter() - started
+    if result.returncode != 0 or not metrics_path.exists():
+        tail = "".join(log_path.read_text(errors="replace").splitlines(keepends=True)[-40:])
+        print(f"verl_cpu_smoke: the run failed (exit {result.returncode}); log: {log_path}\n{tail}", file=sys.stderr)
+        return 1
+    summary = summarise(read_metrics(metrics_path), args.estimator, wall_s)
+    summary["log"] = str(log_path)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        for key, value in summary.items():
+            print(f"{key:32s} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

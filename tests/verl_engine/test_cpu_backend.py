@@ -1,0 +1,251 @@
+"""The CPU backend's pieces without Ray: registrations, the two private verl hooks, device selection and the CPU
+settings, the hf rollout server (batching, stop strings, log-probs, weight updates), and the verl engine's
+advantage-step rules (step groups = retrieval clusters, empty generations, stop strings, loggers, start-up checks)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import torch
+
+from agent_system.config_checks import ConfigError
+
+
+@pytest.fixture(scope="module")
+def plugin():
+    import recipe.forge.engines.verl.plugin  # noqa: F401
+
+
+# ------------------------------------------------------------------------------------------- registrations
+def test_verl_private_hooks_still_exist_in_the_installed_verl(plugin):
+    from verl.workers.engine.fsdp import transformer_impl
+    from verl.workers.rollout import base
+
+    assert isinstance(base._ROLLOUT_REGISTRY, dict) and ("vllm", "async") in base._ROLLOUT_REGISTRY
+    assert base._ROLLOUT_REGISTRY[("hf", "async")].endswith("hf_rollout.HFServerAdapter")
+    assert base.get_rollout_class("hf", "async").__name__ == "HFServerAdapter"
+    assert transformer_impl.CPUOffloadPolicy is not None
+
+
+def test_unpinned_offload_policy_forces_pin_memory_off_and_restores(plugin):
+    from verl.workers.engine.fsdp import transformer_impl
+
+    from recipe.forge.engines.verl.cpu.verl_private import unpinned_cpu_offload_policy
+
+    original = transformer_impl.CPUOffloadPolicy
+    with unpinned_cpu_offload_policy():
+        policy = transformer_impl.CPUOffloadPolicy(pin_memory=True)  # what verl's forward-only engine asks for
+        assert isinstance(policy, original) and policy.pin_memory is False
+    assert transformer_impl.CPUOffloadPolicy is original
+
+
+def test_platform_engines_and_replica_are_registered(plugin):
+    from verl.plugin.platform import PlatformRegistry
+    from verl.workers.engine.base import EngineRegistry
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    from recipe.forge.engines.verl.cpu.engines import CpuFSDPEngineWithLMHead, CpuFSDPEngineWithValueHead
+    from recipe.forge.engines.verl.cpu.hf_rollout import HFReplica
+    from recipe.forge.engines.verl.cpu.platform import PlatformCPU
+
+    assert PlatformRegistry.get("cpu") is PlatformCPU
+    platform = PlatformCPU()
+    assert platform.device_name == "cpu" and platform.communication_backend_name() == "gloo"
+    assert not platform.is_platform_available(use_smi_check=True)  # never auto-detected: chosen by VERL_PLATFORM
+    available, total = platform.device_module.mem_get_info()
+    assert 0 < available <= total
+    assert platform.device_module.max_memory_allocated() == 0 and platform.device_module.is_available()
+    for backend in ("fsdp", "fsdp2"):
+        assert EngineRegistry._engines["language_model"][backend]["cpu"] is CpuFSDPEngineWithLMHead
+        assert EngineRegistry._engines["value_model"][backend]["cpu"] is CpuFSDPEngineWithValueHead
+    assert RolloutReplicaRegistry.get("hf") is HFReplica
+
+
+# ------------------------------------------------------------------------------------- device and settings
+def test_device_auto_resolves_to_cpu_without_cuda_and_to_cuda_when_joining_a_cluster(run_config_factory, monkeypatch):
+    from recipe.forge.engines.verl.cpu.settings import resolve_device
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device(run_config_factory(["trainer.engine=verl"])) == "cpu"
+    assert resolve_device(run_config_factory(["trainer.device=cuda"])) == "cuda"
+    assert resolve_device(run_config_factory(["+ray_kwargs.ray_init.address=auto"])) == "cuda"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device(run_config_factory([])) == "cuda"
+    with pytest.raises(ConfigError, match="trainer.device='tpu'"):
+        resolve_device(run_config_factory(["trainer.device=tpu"]))
+
+
+def test_cpu_settings_replace_gpu_only_choices_and_say_so(run_config_factory):
+    from omegaconf import OmegaConf
+
+    from recipe.forge.engines.verl.cpu.settings import CPU_SETTINGS, apply_cpu_settings
+
+    cfg = run_config_factory(["trainer.engine=verl", "actor_rollout_ref.rollout.name=vllm",
+                              "actor_rollout_ref.rollout.tensor_model_parallel_size=2", "trainer.n_gpus_per_node=2"])
+    changes = apply_cpu_settings(cfg)
+    for key, (value, _) in CPU_SETTINGS.items():
+        got = OmegaConf.select(cfg, key)
+        assert (OmegaConf.to_container(got) if OmegaConf.is_config(got) else got) == value, key
+    assert any(c.startswith("actor_rollout_ref.rollout.name: 'vllm' -> 'hf'") for c in changes)
+    assert any(c.startswith("actor_rollout_ref.actor.strategy: 'fsdp' -> 'fsdp2'") for c in changes)
+    assert not any(c.startswith("actor_rollout_ref.rollout.mode") for c in changes)  # already async: not reported
+    ray_init = cfg.ray_kwargs.ray_init
+    assert ray_init.num_gpus == 2 and ray_init.num_cpus >= 20  # verl's placement bundles ask 10 CPUs each
+    assert ray_init.runtime_env.env_vars.VERL_PLATFORM == "cpu"
+
+
+def test_loggers_map_to_verl_tracking_backends(run_config_factory, tmp_path):
+    from verl.utils.tracking import Tracking
+
+    from recipe.forge.engines.verl.main import prepare_verl_config, verl_loggers
+
+    assert verl_loggers(["console", "jsonl", "file"]) == ["console", "file"]
+    assert verl_loggers("jsonl") == ["file"]
+    cfg = prepare_verl_config(run_config_factory(["trainer.engine=verl", f"trainer.default_local_dir={tmp_path}"]))
+    assert list(cfg.trainer.logger) == ["console", "file"]  # the default [console, jsonl], valid for verl
+    assert set(cfg.trainer.logger) <= set(Tracking.supported_backend)
+    assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH == str(tmp_path / "metrics.jsonl")
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["algorithm.forge.use_distillation=true"], "divergence_type='jsd'"),
+        (["algorithm.forge.extractor=llm", "trainer.device=cpu"], "algorithm.forge.extractor=llm"),
+    ],
+)
+def test_run_verl_refuses_what_the_engine_cannot_honour_before_ray_starts(run_config_factory, tmp_path, overrides, key):
+    import ray
+
+    from recipe.forge.engines.verl.main import run_verl
+
+    cfg = run_config_factory(["trainer.engine=verl", f"trainer.default_local_dir={tmp_path}", *overrides])
+    with pytest.raises(ConfigError, match=key.replace("(", r"\(")):
+        run_verl(cfg)
+    assert not ray.is_initialized() and not (tmp_path / "forge_tasks").exists()
+
+
+# ---------------------------------------------------------------------------------------- the hf server
+@pytest.fixture(scope="module")
+def tiny_answering_dir(tmp_path_factory):
+    from recipe.forge.engines.local.tiny import save_tiny_model_dir
+
+    return save_tiny_model_dir(tmp_path_factory.mktemp("answering"))
+
+
+def test_sampling_parameters_map_and_unsupported_ones_are_refused():
+    from recipe.forge.engines.verl.cpu.hf_rollout import sampling_from_request
+
+    s = sampling_from_request({"temperature": 0, "top_p": 0.9, "top_k": -1, "stop": "</a>", "logprobs": True}, 64)
+    assert (s.do_sample, s.top_p, s.top_k, s.max_new_tokens, s.stop) == (False, 0.9, -1, 64, ("</a>",))
+    assert sampling_from_request({"temperature": 0.7, "max_tokens": 5}, 64).max_new_tokens == 5
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        sampling_from_request({"repetition_penalty": 1.1}, 8)
+
+
+def test_hf_server_batches_concurrent_requests_like_single_decoding(tiny_answering_dir):
+    from transformers import AutoTokenizer
+
+    from agent_system.multi_turn_rollout.protocols import SamplingParams
+    from recipe.forge.engines.verl.cpu.hf_rollout import HFRolloutServer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_answering_dir)
+    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": f"Target: {t}"}], add_generation_prompt=True)
+               for t in range(5)]
+    prompts = [list(p["input_ids"] if isinstance(p, dict) or hasattr(p, "keys") else p) for p in prompts]
+    server = HFRolloutServer(tiny_answering_dir, response_length=12, max_batch_size=3)
+    params = {"temperature": 0, "stop": ["</action>"]}
+
+    async def ask_all():
+        return await asyncio.gather(*[server.generate(p, params, request_id=str(i)) for i, p in enumerate(prompts)])
+
+    outputs = asyncio.run(ask_all())
+    greedy = SamplingParams(temperature=0, do_sample=False, max_new_tokens=12, stop=("</action>",))
+    for prompt, out in zip(prompts, outputs):
+        alone = server.generator.generate_ids([prompt], greedy)[0]
+        assert out.token_ids == alone.response_ids
+        assert out.log_probs == pytest.approx(alone.logprobs, abs=1e-5)
+        text = tokenizer.decode(out.token_ids, skip_special_tokens=True)
+        assert "</action>" not in text or text.endswith("</action>")  # stops right after the stop string
+    # log-probs are those of the sampled tokens under the model: recompute them with one forward pass
+    prompt, out = prompts[0], outputs[0]
+    ids = torch.tensor([prompt + out.token_ids])
+    with torch.no_grad():
+        logp = torch.log_softmax(server.model(ids).logits[0, len(prompt) - 1:-1].float(), dim=-1)
+    expected = logp.gather(-1, torch.tensor(out.token_ids).unsqueeze(-1)).squeeze(-1)
+    assert out.log_probs == pytest.approx(expected.tolist(), abs=1e-4)
+
+
+def test_hf_server_takes_the_actors_weights_and_rejects_unknown_names(tiny_answering_dir):
+    from recipe.forge.engines.verl.cpu.hf_rollout import HFRolloutServer
+
+    server = HFRolloutServer(tiny_answering_dir, response_length=4)
+    before = server.state_checksum()
+    new = {name: torch.full_like(p, 0.01) for name, p in server.model.named_parameters()}
+    assert server.update_weights(new) == 1
+    expected = sum(0.01 * p.numel() for p in server.model.parameters())
+    assert server.state_checksum() == pytest.approx(expected, rel=1e-4) and server.state_checksum() != before
+    with pytest.raises(KeyError, match="not.a.weight"):
+        server.update_weights({"not.a.weight": torch.zeros(1)})
+
+
+# ------------------------------------------------------------------------------------ the advantage step
+def test_action_stop_string_is_added_in_each_backends_words():
+    from recipe.forge.engines.verl.agent_loop import with_action_stop
+
+    vllm = with_action_stop({"temperature": 1.0, "stop": "###"}, "vllm")
+    assert vllm["stop"] == ["###", "</action>"] and vllm["include_stop_str_in_output"] is True
+    sglang = with_action_stop({"stop": ["</action>"]}, "sglang")
+    assert sglang["stop"] == ["</action>"] and sglang["no_stop_trim"] is True and "include_stop_str_in_output" not in sglang
+
+
+def _row(traj, step, reward, ret, cluster, anchor="obs", valid=True):
+    return {"traj_uid": traj, "step_index": step, "step_reward": reward, "is_action_valid": valid, "anchor_obs": anchor,
+            "cluster_id": cluster, "episode_return": ret, "success": ret > 0, "library_version": 0}
+
+
+def _forge_algorithm(run_config_factory, gamma=0.5):
+    return run_config_factory([f"algorithm.gamma={gamma}", "algorithm.invalid_action_penalty_coef=0.1"]).algorithm
+
+
+def test_step_groups_are_the_clusters_that_drove_retrieval_even_where_similarity_is_not_transitive(run_config_factory):
+    """Anchors a, b, c with sim(a,b) = sim(a,c) = 0.9, sim(b,c) = 0.8: a worker put all three in its cluster 7;
+    re-clustering them in the batch order b, c, a at 0.85 would make two groups. The advantage keeps one."""
+    from recipe.forge.engines.verl.trainer import compute_batch_advantages, groups_equal_clusters
+
+    algorithm = _forge_algorithm(run_config_factory)
+    rows = [_row("u-0", 0, 1.0, 1.0, 7, "b"), _row("u-1", 0, 0.0, 0.0, 7, "c"), _row("u-2", 0, 2.0, 2.0, 7, "a")]
+    uid = np.array(["u"] * 3, dtype=object)
+    mask = torch.ones(3, 4)
+    out = compute_batch_advantages("forge", uid, mask, rows, np.ones(3, bool), algorithm)
+    assert list(out["group_keys"]) == [7, 7, 7] and groups_equal_clusters(out["group_keys"], rows) == 1.0
+    # one step group of three: A = (R - mean R) + w (R_step - mean R_step), R = R_step = 1, 0, 2 (mean 1)
+    assert out["advantages"][:, 0].tolist() == pytest.approx([0.0, -2.0, 2.0])
+    assert groups_equal_clusters(np.array([7, 8, None], dtype=object), rows) == 0.0
+
+
+def test_an_empty_generation_is_no_sample_but_its_reward_discounts_into_earlier_steps(run_config_factory):
+    from recipe.forge.engines.verl.trainer import compute_batch_advantages
+
+    algorithm = _forge_algorithm(run_config_factory, gamma=0.5)
+    # trajectory u-0: steps 0, 1 (step 1 generated nothing), reward 4 at step 1; trajectory u-1: one step, reward 0
+    rows = [_row("u-0", 0, 0.0, 4.0, 1), _row("u-0", 1, 4.0, 4.0, 1), _row("u-1", 0, 0.0, 0.0, 1)]
+    uid = np.array(["u"] * 3, dtype=object)
+    mask = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 0, 0]], dtype=torch.float32)
+    out = compute_batch_advantages("forge", uid, mask, rows, np.ones(3, bool), algorithm)
+    # trained rows 0 and 2: episode scores 4 and 0 (mean 2); step returns 0 + 0.5 * 4 = 2 and 0 (mean 1)
+    assert out["advantages"][0, :2].tolist() == pytest.approx([2.0 + 1.0] * 2)
+    assert out["advantages"][2, 0].item() == pytest.approx(-2.0 - 1.0)
+    assert out["advantages"][1].abs().sum() == 0 and out["rm_scores"][1].abs().sum() == 0
+    assert out["group_keys"][1] is None
+
+
+def test_provider_counters_come_from_the_workers_steps():
+    from recipe.forge.experience.metrics import RetrievalStats
+
+    stats = RetrievalStats.from_rows([("1", "2"), (), ("3",), ()], [False, False, True, False])
+    assert (stats.queries, stats.hits, stats.injected, stats.fallbacks) == (4, 2, 3, 1)
+    assert stats.as_metrics()["forge/provider_hit_rate"] == 0.5
