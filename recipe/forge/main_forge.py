@@ -7,7 +7,7 @@ before any environment or model is touched; then ``trainer.engine`` picks where 
 * ``api``: prompt-only mode, no gradient updates, against an OpenAI-compatible chat endpoint;
 * ``verl``: verl 0.9.1 on Ray (recipe/forge/engines/verl).
 
-Without overrides it trains with the paper's and the seed's defaults; the README's main job (``make demo``) adds
+Without overrides it trains with the paper's defaults; the README's main job (``make demo``) adds
 the preset ``+experiment=main_job``: SLEA-RL training of SmolLM2-135M-Instruct on Gym Cards NumberLine on a CPU.
 """
 
