@@ -1,6 +1,6 @@
 """The embedded SLEA-RL trainer: one process, CPU or one GPU.
 
-One iteration (ARCHITECTURE.md, "Data through one training iteration"):
+One iteration (docs/architecture.md, "One iteration"):
 
 1. rollout of B tasks x G environments through the TrajectoryCollector with the batched HF generator; the
    experience system clusters every step and (after warm-up) injects experiences;
