@@ -1,4 +1,6 @@
-"""Every command in docs/coming_from_verl_agent.md and docs/outputs.md works as written.
+"""Every command in docs/coming_from_verl_agent.md and docs/outputs.md works as written, and so does every run
+script command of docs/gpu_cluster.md (its other commands, `ray start` and the install, need a cluster or are
+tested in test_install.py).
 
 Commands are the lines of the pages' ```bash blocks. Each kind is exercised the cheapest honest way:
 training commands (``slea-rl ...``) compose their config and pass every start-up check of their engine
@@ -146,3 +148,18 @@ def test_documented_command_works(page, command, run_folder, check_examples):
         assert proc.returncode == 0 and "success_rate" in proc.stdout, proc.stdout + proc.stderr
     else:
         pytest.fail(f"{page}: no check for the command {command!r}; add one here")
+
+
+GPU_PAGE_SCRIPTS = [line for line in commands("docs/gpu_cluster.md") if "bash examples/" in line]
+
+
+@pytest.mark.parametrize("command", GPU_PAGE_SCRIPTS)
+def test_gpu_cluster_page_script_commands_compose_and_validate(command, check_examples):
+    words = shlex.split(command)
+    start = words.index("bash")
+    assert all("=" in w for w in words[:start]), f"only VAR=value may precede the script: {command}"
+    found = check_examples.extract_commands(ROOT / words[start + 1])
+    assert found, command
+    for script_command in found:
+        script_command.overrides += words[start + 2:]
+        check_examples.check_command(script_command)
