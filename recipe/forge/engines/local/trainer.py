@@ -37,7 +37,7 @@ from recipe.forge.engines.local.settings import EngineSettings, engine_settings,
 from recipe.forge.engines.local.timing import PhaseTimer, TimedProvider
 from recipe.forge.engines.local.tracking import MetricsTracker
 from recipe.forge.engines.local.update import DistillationInputs, LossSettings, PolicyUpdater, ValueModel
-from recipe.forge.engines.local.validation import validation_metrics
+from recipe.forge.engines.local.validation import evaluate_only, validation_metrics
 
 STOP = ("</action>",)
 
@@ -269,27 +269,13 @@ class LocalTrainer:
         return int(state["iteration"])
 
     # ------------------------------------------------------------------ loop
-    def evaluate(self, iteration: int) -> list[dict[str, float]]:
-        """``trainer.val_only``: one validation pass of the restored policy (and library), no update.
-
-        Metrics go to ``<default_local_dir>/eval/global_step_<iteration>/`` (``eval/initial`` without a
-        checkpoint), never into the training run's own metrics.jsonl."""
-        s = self.settings
-        name = f"global_step_{iteration}" if iteration else "initial"
-        tracker = MetricsTracker(self.output_dir / "eval" / name, s.loggers, s.project_name,
-                                 f"{s.experiment_name}_eval", OmegaConf.to_container(self.cfg, resolve=False))
-        metrics = {"iteration": iteration, **self.validate()}
-        tracker.log(iteration, metrics)
-        tracker.close()
-        return [metrics]
-
     def fit(self) -> list[dict[str, float]]:
         """Train to ``trainer.total_training_steps`` iterations; returns the logged metrics of this process.
-        With ``trainer.val_only`` it only evaluates the restored checkpoint (:meth:`evaluate`)."""
+        With ``trainer.val_only`` it only evaluates the restored checkpoint (validation.evaluate_only)."""
         s = self.settings
         start = self.resume()
         if s.val_only:
-            return self.evaluate(start)
+            return evaluate_only(s, start, self.validate, OmegaConf.to_container(self.cfg, resolve=False))
         self.tracker = MetricsTracker(self.output_dir, s.loggers, s.project_name, s.experiment_name,
                                       OmegaConf.to_container(self.cfg, resolve=False), resume=start > 0)
         self.tracker.truncate_after(start)
