@@ -1,6 +1,6 @@
 """Rollout throughput of the embedded engine, and the wall-clock of G=8 copies per task against G=1.
 
-The seed claims that G trajectories cost about as much wall-clock as one (batched generation on a GPU is
+verl-agent's GiGPO work claims that G trajectories cost about as much wall-clock as one (batched generation on a GPU is
 memory-bound, so more rows are nearly free). This script measures it for the same B tasks on whatever device
 it runs on: a CPU is compute-bound, so expect a ratio far above 1 there.
 

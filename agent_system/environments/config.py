@@ -126,8 +126,12 @@ class EnvConfig:
         check_int("env.search.topk", self.search.topk, 1)
         check_range("env.search.timeout_s", self.search.timeout_s, 0, low_inclusive=False)
         check_int("env.search.builtin_num_questions", self.search.builtin_num_questions, 5)
-        if self.env_name == "search" and not self.search.train_data and self.search.val_data:
-            raise ConfigError("env.search.val_data is set but env.search.train_data is empty; set both (or neither for the built-in QA set)")
+        if self.env_name == "search" and bool(self.search.train_data) != bool(self.search.val_data):
+            given, missing = ("val_data", "train_data") if self.search.val_data else ("train_data", "val_data")
+            raise ConfigError(
+                f"env.search.{given} is set but env.search.{missing} is empty; set both (validation must use "
+                "held-out questions) or neither (the built-in QA set)"
+            )
         check_int("env.webshop.num_products", self.webshop.num_products, 1)
         check_choice("env.textworld.challenge", self.textworld.challenge, ["tw-coin_collector", "tw-treasure_hunter", "tw-cooking"])
         max_level = {"tw-coin_collector": 300, "tw-treasure_hunter": 30, "tw-cooking": 4}[self.textworld.challenge]

@@ -45,7 +45,7 @@ class GiGPOConfig(BaseConfig):
 
 @dataclass
 class ForgeConfig(BaseConfig):
-    """SLEA-RL: every key of the seed with its default, plus the paper's constants (REFERENCE.md §1)."""
+    """SLEA-RL's keys: the step-level advantage, the experience library and its evolution, with the paper's constants."""
 
     use_step_rewards: bool = True
     step_advantage_w: float = 1.0

@@ -7,14 +7,16 @@ before any environment or model is touched; then ``trainer.engine`` picks where 
 * ``api``: prompt-only mode, no gradient updates, against an OpenAI-compatible chat endpoint;
 * ``verl``: verl 0.9.1 on Ray (recipe/forge/engines/verl).
 
-Without overrides it trains with the paper's and the seed's defaults; the README's main job (``make demo``) adds
+Without overrides it trains with the paper's defaults; the README's main job (``make demo``) adds
 the preset ``+experiment=main_job``: SLEA-RL training of SmolLM2-135M-Instruct on Gym Cards NumberLine on a CPU.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import hydra
@@ -68,8 +70,29 @@ def _hydra_main(cfg: DictConfig) -> None:
         sys.exit(2)
 
 
+# what verl's platform manager logs when no accelerator is present (the messages' format strings)
+_PLATFORM_FALLBACK_MESSAGES = ("No supported accelerator detected", "Platform '%s' (%s) is registered but not available")
+
+
+def silence_irrelevant_verl_warnings() -> None:
+    """Hide what importing verl prints about back-ends nobody asked for, in this process only.
+
+    verl warns once per optional training engine it cannot import (torchtitan, veomni, automodel, mindspeed,
+    megatron) and, on a machine without an accelerator, that it falls back to the nvidia platform. Neither
+    matters to the embedded engine, and the distributed engine fails with verl's own error when a back-end it
+    was told to use is missing. Ray workers keep verl's warnings."""
+    warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
+    # a filter, not a level: verl's module sets its logger's level when it is imported
+    logging.getLogger("verl.plugin.platform.platform_manager").addFilter(_not_a_platform_fallback)
+
+
+def _not_a_platform_fallback(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(_PLATFORM_FALLBACK_MESSAGES)
+
+
 def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    silence_irrelevant_verl_warnings()
     _hydra_main()
 
 

@@ -281,6 +281,9 @@ def test_search_config_is_validated():
         env_config_from_mapping({"env_name": "search", "search": {"builtin_num_questions": 2}}).validate(known_env_names())
     with pytest.raises(ConfigError, match="val_data is set but env.search.train_data is empty"):
         env_config_from_mapping({"env_name": "search", "search": {"val_data": "v.parquet"}}).validate(known_env_names())
+    # train_data alone would validate on the training questions: refused, naming the missing key
+    with pytest.raises(ConfigError, match="env.search.train_data is set but env.search.val_data is empty"):
+        env_config_from_mapping({"env_name": "search", "search": {"train_data": "t.parquet"}}).validate(known_env_names())
     with pytest.raises(ConfigError, match="env.search.launch_server"):
         env_config_from_mapping({"env_name": "search", "search": {"launch_server": "yes"}})
 

@@ -89,3 +89,28 @@ def test_prompt_only_mode_resumes_library_and_task_sampler(tmp_path, chat_server
     # the training tasks drawn continue the interrupted sequence: the samplers end in the same state
     assert resumed.train_envs.task_rng.bit_generator.state == straight.train_envs.task_rng.bit_generator.state
     assert (tmp_path / "b" / "global_step_2" / "rng.pt").exists()
+
+
+def test_prompt_only_val_only_evaluates_the_saved_library_without_evolving_it(tmp_path, chat_server, compose_cfg,
+                                                                              run_overrides):
+    url, seen = chat_server
+    api = ["trainer.engine=api", f"trainer.api.base_url={url}", "trainer.api.model=tiny", "trainer.test_freq=-1",
+           "trainer.save_freq=1"]
+    trained = compose_cfg(run_overrides(tmp_path / "run", iterations=1) + api)
+    PromptOnlyRunner(trained, validate(trained)).fit()
+    training_metrics = (tmp_path / "run" / "metrics.jsonl").read_text()
+
+    cfg = compose_cfg(run_overrides(tmp_path / "eval", iterations=1) + api + [
+        "trainer.val_only=true", "trainer.resume_mode=resume_path",
+        f"trainer.resume_from_path={tmp_path / 'run' / 'global_step_1'}"])
+    runner = PromptOnlyRunner(cfg, validate(cfg))
+    assert (runner.experience.version, len(runner.experience.library)) == (0, 0)
+    history = runner.fit()
+
+    assert [h["iteration"] for h in history] == [1]
+    assert {"val/success_rate", "val_no_library/success_rate"} <= set(history[0])
+    # the checkpoint's library (one evolution), used for validation and not evolved any further
+    assert runner.experience.version == 1 and len(runner.experience.library) > 0
+    assert not list((tmp_path / "eval").glob("global_step_*")), "val_only must not write checkpoints"
+    assert (tmp_path / "eval" / "eval" / "global_step_1" / "metrics.jsonl").exists()
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == training_metrics

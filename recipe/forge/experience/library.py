@@ -1,6 +1,6 @@
 """ExperienceLibrary: the golden zone (from successes) and warning zone (from failures), three levels each.
 
-Rules (SLEA-RL paper, REFERENCE.md §1):
+Rules (SLEA-RL paper):
 
 * capacity per level: ``golden_capacity`` for principle/method/example, ``warning_capacity`` for
   mistake/pattern/diagnostic;

@@ -7,7 +7,7 @@ from agent_system.environments.config import EnvConfig
 from agent_system.environments.prompts import gym_cards as gym_cards_prompt
 
 _PKG = "agent_system.environments.env_package.gym_cards"
-# standard episode limits (REFERENCE.md §2; Points24 is ours: enough for a formula of four cards with retries)
+# standard episode limits (GiGPO's settings; Points24 is ours: enough for a formula of four cards with retries)
 STANDARD_MAX_STEPS = {
     "gym_cards/NumberLine-v0": 10,
     "gym_cards/EZPoints-v0": 8,

@@ -47,7 +47,7 @@ def resolve_data(config: EnvConfig, split: str) -> tuple[str, str]:
         qa_file = paths["train" if split == "train" else "val"]
         url = _local_server_url(paths["corpus"]) if s.launch_server else s.search_url
         return qa_file, url
-    qa_file = s.train_data if split == "train" else (s.val_data or s.train_data)
+    qa_file = s.train_data if split == "train" else s.val_data  # both set: checked at start-up
     url = _local_server_url(s.corpus_path) if (s.launch_server and s.corpus_path) else s.search_url
     return qa_file, url
 

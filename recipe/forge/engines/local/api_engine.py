@@ -159,6 +159,10 @@ class PromptOnlyRunner:
 
         s = self.settings
         start = self._resume()
+        if s.val_only:
+            from recipe.forge.engines.local.validation import evaluate_only
+
+            return evaluate_only(s, start, self.validate)
         tracker = MetricsTracker(self.output_dir, s.loggers, s.project_name, s.experiment_name, resume=start > 0)
         tracker.truncate_after(start)
         history = []

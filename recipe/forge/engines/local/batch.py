@@ -47,7 +47,7 @@ class StepBatch:
 
 
 def build_step_batch(rollout: RolloutBatch, pad_id: int, gamma: float, invalid_penalty_coef: float) -> StepBatch:
-    """Pack every step record of ``rollout`` into training tensors (GiGPO semantics, REFERENCE.md §2)."""
+    """Pack every step record of ``rollout`` into training tensors (GiGPO semantics: one row per step)."""
     records = [s for s in rollout.steps if s.response_ids]
     if not records:
         raise ValueError("the rollout produced no step with a generated response; nothing to train on")

@@ -76,6 +76,7 @@ class EngineSettings:
     save_freq: int
     test_freq: int
     val_before_train: bool
+    val_only: bool
     resume_mode: str
     resume_from_path: str | None
     output_dir: str
@@ -151,6 +152,7 @@ def engine_settings(cfg: DictConfig) -> EngineSettings:
         save_freq=_get(cfg, "trainer.save_freq", -1),
         test_freq=_get(cfg, "trainer.test_freq", -1),
         val_before_train=bool(_get(cfg, "trainer.val_before_train", True)),
+        val_only=bool(_get(cfg, "trainer.val_only", False)),
         resume_mode=str(_get(cfg, "trainer.resume_mode", "disable")),
         resume_from_path=_get(cfg, "trainer.resume_from_path", None),
         output_dir=str(_get(cfg, "trainer.default_local_dir", "checkpoints/slea_rl/run")),

@@ -1,6 +1,6 @@
 """The embedded SLEA-RL trainer: one process, CPU or one GPU.
 
-One iteration (ARCHITECTURE.md, "Data through one training iteration"):
+One iteration (docs/architecture.md, "One iteration"):
 
 1. rollout of B tasks x G environments through the TrajectoryCollector with the batched HF generator; the
    experience system clusters every step and (after warm-up) injects experiences;
@@ -37,7 +37,7 @@ from recipe.forge.engines.local.settings import EngineSettings, engine_settings,
 from recipe.forge.engines.local.timing import PhaseTimer, TimedProvider
 from recipe.forge.engines.local.tracking import MetricsTracker
 from recipe.forge.engines.local.update import DistillationInputs, LossSettings, PolicyUpdater, ValueModel
-from recipe.forge.engines.local.validation import validation_metrics
+from recipe.forge.engines.local.validation import evaluate_only, validation_metrics
 
 STOP = ("</action>",)
 
@@ -270,9 +270,12 @@ class LocalTrainer:
 
     # ------------------------------------------------------------------ loop
     def fit(self) -> list[dict[str, float]]:
-        """Train to ``trainer.total_training_steps`` iterations; returns the logged metrics of this process."""
+        """Train to ``trainer.total_training_steps`` iterations; returns the logged metrics of this process.
+        With ``trainer.val_only`` it only evaluates the restored checkpoint (validation.evaluate_only)."""
         s = self.settings
         start = self.resume()
+        if s.val_only:
+            return evaluate_only(s, start, self.validate, OmegaConf.to_container(self.cfg, resolve=False))
         self.tracker = MetricsTracker(self.output_dir, s.loggers, s.project_name, s.experiment_name,
                                       OmegaConf.to_container(self.cfg, resolve=False), resume=start > 0)
         self.tracker.truncate_after(start)

@@ -3,7 +3,8 @@ for SLEA-RL, the same tasks without it, so the library's contribution shows in t
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 from agent_system.multi_turn_rollout.protocols import SamplingParams
 
@@ -23,3 +24,20 @@ def validation_metrics(collector, envs, generator, sampling: SamplingParams, exp
         batch = collector.collect(envs, generator, sampling, experience_provider=provider, dynamic_sampling=False)
         metrics.update({f"{prefix}/{k}": v for k, v in batch.metrics.items()})
     return metrics
+
+
+def evaluate_only(settings, iteration: int, validate: Callable[[], dict[str, float]],
+                  config: dict | None = None) -> list[dict[str, float]]:
+    """``trainer.val_only``: one validation pass of the restored checkpoint, logged on its own.
+
+    Metrics go to ``<default_local_dir>/eval/global_step_<iteration>/`` (``eval/initial`` without a
+    checkpoint), never into the training run's metrics.jsonl. Returns the one logged entry."""
+    from recipe.forge.engines.local.tracking import MetricsTracker
+
+    name = f"global_step_{iteration}" if iteration else "initial"
+    tracker = MetricsTracker(Path(settings.output_dir) / "eval" / name, settings.loggers, settings.project_name,
+                             f"{settings.experiment_name}_eval", config)
+    metrics = {"iteration": iteration, **validate()}
+    tracker.log(iteration, metrics)
+    tracker.close()
+    return [metrics]

@@ -1,0 +1,165 @@
+"""Every command in docs/coming_from_verl_agent.md and docs/outputs.md works as written, and so does every run
+script command of docs/gpu_cluster.md (its other commands, `ray start` and the install, need a cluster or are
+tested in test_install.py).
+
+Commands are the lines of the pages' ```bash blocks. Each kind is exercised the cheapest honest way:
+training commands (``slea-rl ...``) compose their config and pass every start-up check of their engine
+(the same checks a real start makes before any model is loaded; running them is the job of the engine tests,
+e.g. tests/local_engine/test_evaluate.py for ``trainer.val_only``); run scripts with extra overrides go
+through scripts/check_examples.py with those overrides appended; the viewer, the plotting script and
+TensorBoard run for real on a run folder built here (a library evolved from scripted NumberLine episodes, the
+main job's recorded metrics, a TensorBoard event file).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = ("docs/coming_from_verl_agent.md", "docs/outputs.md")
+RUN = "runs/slea_rl/forge_numberline"
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
+OUR_COMMAND = re.compile(r"^(slea-rl|python -m recipe\.|python scripts/|bash (examples|scripts)/)", re.M)
+
+
+def fenced_blocks(page: str) -> list[tuple[str, str]]:
+    return FENCE.findall((ROOT / page).read_text())
+
+
+def commands(page: str) -> list[str]:
+    lines = []
+    for language, body in fenced_blocks(page):
+        if language == "bash":
+            lines += [line.split(" #")[0].strip() for line in body.replace("\\\n", " ").splitlines()
+                      if line.strip() and not line.lstrip().startswith("#")]
+    return lines
+
+
+ALL = [(page, command) for page in PAGES for command in commands(page)]
+
+
+def test_the_pages_have_commands_and_none_hides_outside_a_bash_block():
+    for page in PAGES:
+        assert commands(page), page
+        for language, body in fenced_blocks(page):
+            if language != "bash":
+                assert not OUR_COMMAND.search(body), f"{page}: a command outside a ```bash block:\n{body}"
+
+
+@pytest.fixture(scope="module")
+def check_examples(load_script):
+    return load_script("check_examples.py")
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory):
+    """A run folder like the main job's: a checkpoint library evolved from real NumberLine episodes (a random
+    scripted policy, so both zones fill), the main job's recorded metrics and a TensorBoard event file."""
+    from hydra import compose, initialize_config_dir
+
+    from agent_system.environments import make_envs
+    from agent_system.multi_turn_rollout.protocols import SamplingParams
+    from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
+    from agent_system.testing.policies import RandomGenerator
+    from recipe.forge.engines.local.tracking import MetricsTracker
+    from recipe.forge.experience import ExperienceSystem
+    from recipe.forge.main_forge import validate
+
+    base = tmp_path_factory.mktemp("cwd")
+    with initialize_config_dir(config_dir=str(ROOT / "recipe/forge/config"), version_base=None):
+        cfg = compose("forge_trainer", overrides=["+experiment=main_job", "algorithm.forge.warmup_iterations=0",
+                                                  "algorithm.forge.min_library_size=0"])
+    train_envs, _ = make_envs(cfg)
+    system = ExperienceSystem.from_config(validate(cfg).algorithm.forge)
+    generator = RandomGenerator(train_envs, seed=0)
+    for iteration in range(3):
+        system.begin_iteration(iteration)
+        batch = TrajectoryCollector().collect(train_envs, generator, SamplingParams(),
+                                              experience_provider=system.provider)
+        system.evolve(batch.trajectories, iteration)
+    train_envs.close()
+    sizes = {zone: system.library.size(zone) for zone in ("golden", "warning")}
+    assert all(sizes.values()), f"the viewer must have both zones to show, got {sizes}"
+    run = base / RUN
+    system.save(run / "global_step_20" / "library")
+    shutil.copy(ROOT / "docs/results/forge_metrics.jsonl", run / "metrics.jsonl")
+    tracker = MetricsTracker(run / "_events", ["tensorboard"], "slea_rl", "forge_numberline")
+    tracker.log(1, {"success_rate": 0.5})
+    tracker.close()
+    shutil.move(str(run / "_events" / "tensorboard"), str(run / "tensorboard"))
+    shutil.rmtree(run / "_events")
+    return base
+
+
+def check_training_command(arguments: list[str]) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from recipe.forge.main_forge import validate
+
+    with initialize_config_dir(config_dir=str(ROOT / "recipe/forge/config"), version_base=None):
+        cfg = compose("forge_trainer", overrides=arguments)
+    validate(cfg)
+    if cfg.trainer.get("val_only"):
+        from recipe.forge.engines.local.settings import engine_settings
+
+        assert engine_settings(cfg).val_only
+
+
+@pytest.mark.parametrize("page, command", ALL, ids=[f"{Path(p).stem}:{c[:60]}" for p, c in ALL])
+def test_documented_command_works(page, command, run_folder, check_examples):
+    words = shlex.split(command)
+    if words[0] == "slea-rl":
+        check_training_command(words[1:])
+    elif words[:2] == ["bash", words[1]] and words[1].startswith("examples/"):
+        found = check_examples.extract_commands(ROOT / words[1])
+        assert found, f"{words[1]} has no training command"
+        for script_command in found:
+            script_command.overrides += words[2:]
+            check_examples.check_command(script_command)
+    elif words[0] == "slea-rl-library":
+        from recipe.forge.experience.viewer import main as viewer
+
+        out = run_folder / "viewer_exports"
+        out.mkdir(exist_ok=True)
+        argv = [str(run_folder / w) if w.startswith("runs/") else (str(out / w) if w.endswith((".md", ".html"))
+                                                                     else w) for w in words[1:]]
+        assert viewer(argv) == 0
+        for word in words[1:]:
+            if word.endswith((".md", ".html")):
+                assert (out / word).stat().st_size > 0
+    elif words[:2] == ["python", "scripts/plot_training.py"]:
+        argv = [w.replace("runs/", f"{run_folder}/runs/") for w in words[2:]]
+        argv = [str(run_folder / w) if w.endswith(".png") else w for w in argv]
+        proc = subprocess.run([sys.executable, str(ROOT / "scripts/plot_training.py"), *argv], cwd=run_folder,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert any(p.suffix == ".png" and p.stat().st_size > 0 for p in run_folder.iterdir())
+    elif words[:2] == ["tensorboard", "--logdir"]:
+        tensorboard = Path(sys.executable).with_name("tensorboard")
+        proc = subprocess.run([str(tensorboard), "--inspect", "--logdir", str(run_folder / words[2])],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0 and "success_rate" in proc.stdout, proc.stdout + proc.stderr
+    else:
+        pytest.fail(f"{page}: no check for the command {command!r}; add one here")
+
+
+GPU_PAGE_SCRIPTS = [line for line in commands("docs/gpu_cluster.md") if "bash examples/" in line]
+
+
+@pytest.mark.parametrize("command", GPU_PAGE_SCRIPTS)
+def test_gpu_cluster_page_script_commands_compose_and_validate(command, check_examples):
+    words = shlex.split(command)
+    start = words.index("bash")
+    assert all("=" in w for w in words[:start]), f"only VAR=value may precede the script: {command}"
+    found = check_examples.extract_commands(ROOT / words[start + 1])
+    assert found, command
+    for script_command in found:
+        script_command.overrides += words[start + 2:]
+        check_examples.check_command(script_command)
