@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SLEA-RL on ALFWorld with the distributed engine (verl 0.9.1: Ray, FSDP actor, vLLM rollout servers).
-# Seed settings: max_steps 50, gamma 0.95, step_advantage_w 1.0; 16 tasks x G=8 per iteration. The settings it
+# Reference settings: max_steps 50, gamma 0.95, step_advantage_w 1.0; 16 tasks x G=8 per iteration. The settings it
 # shares with the baselines (environment, model, rollout, trainer) are in examples/common/alfworld_base.sh.
 # Usage: bash examples/forge/run_alfworld.sh [extra Hydra overrides]
 #   MODEL=/path/or/hub-id N_GPUS=8 bash examples/forge/run_alfworld.sh trainer.total_training_steps=100

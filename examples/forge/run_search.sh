@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SLEA-RL on Search-R1 style QA with the distributed engine (verl 0.9.1).
-# Seed settings: max_steps 10, gamma 0.90, step_advantage_w 0.5. Start the retriever first (see
+# Reference settings: max_steps 10, gamma 0.90, step_advantage_w 0.5. Start the retriever first (see
 # examples/search/) and point env.search.search_url at it; train/val questions come from the parquet files
 # written by examples/data_preprocess/.
 # The settings every verl example shares (KL loss, vLLM rollout, trainer; N_GPUS, TP) are in

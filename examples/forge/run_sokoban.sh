@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SLEA-RL on visual Sokoban (6x6, 1 box) with a vision-language model and the distributed engine.
-# Seed settings: max_steps 15, gamma 0.95, step_advantage_w 1.0. The observation is an RGB image of the room
+# Reference settings: max_steps 15, gamma 0.95, step_advantage_w 1.0. The observation is an RGB image of the room
 # (env.sokoban.mode=rgb_array); the anchor observation used for retrieval and step groups is the room's text
 # grid. For a text-only model use env.sokoban.mode=text and an instruct LLM.
 # The settings every verl example shares (KL loss, vLLM rollout, trainer; N_GPUS, TP) are in

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SLEA-RL on WebShop with the distributed engine (verl 0.9.1).
-# Seed settings: max_steps 15, gamma 0.95, step_advantage_w 1.0. env.webshop.use_builtin_shop=True uses the
+# Reference settings: max_steps 15, gamma 0.95, step_advantage_w 1.0. env.webshop.use_builtin_shop=True uses the
 # generated offline shop; set it to False (with the WebShop package, its data, Java 21 and pyserini) for the
 # real benchmark.
 # The settings every verl example shares (KL loss, vLLM rollout, trainer; N_GPUS, TP) are in

@@ -70,11 +70,6 @@ def test_no_documented_key_is_stale():
     assert not stale, f"docs/configuration.md documents keys the config does not have: {stale}"
 
 
-# Files the lead is rewriting (the distributed engine): their last mentions go with that work.
-PENDING_OUTSIDE_REFERENCES = {"recipe/forge/engines/verl/step_batch.py", "recipe/forge/engines/verl/agent_loop.py",
-                              "docs/distributed.md"}
-
-
 def test_no_file_cites_a_document_outside_the_repository():
     import subprocess
 
@@ -84,4 +79,4 @@ def test_no_file_cites_a_document_outside_the_repository():
              if (ROOT / name).is_file() and name != "tests/foundation/test_docs.py"}
     citing = {name for name, data in texts.items() if b"\0" not in data  # text files only
               and re.search(r"REFERENCE\.md|ARCHITECTURE\.md|\.\./shared|§", data.decode("utf-8", "replace"))}
-    assert citing <= PENDING_OUTSIDE_REFERENCES, f"files citing documents a reader does not have: {sorted(citing - PENDING_OUTSIDE_REFERENCES)}"
+    assert not citing, f"files citing documents a reader does not have: {sorted(citing)}"

@@ -28,6 +28,8 @@ OVERRIDES = [
     "algorithm.forge.min_library_size=0", "algorithm.forge.extractor=rule",
     "actor_rollout_ref.rollout.temperature=0", "actor_rollout_ref.rollout.response_length=12",
     "data.max_response_length=12", "data.max_prompt_length=1024", "actor_rollout_ref.rollout.prompt_length=1024",
+    "actor_rollout_ref.rollout.agent.num_workers=1", "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+    "transfer_queue.backend.SimpleStorage.total_storage_size=10000",
 ]
 
 
@@ -115,7 +117,8 @@ def verl_first_iteration(state, snapshot, verl_rollout):
     task_rows(cfg.env.env_name, np.array(SEEDS), "train").to_parquet(cfg.data.train_files)
     tokenizer = state["tokenizer"]
     with verl_rollout.agent_loop_stack(cfg, ServerActorClient(cfg, server_name(0))) as manager:
-        ray.remote(HFRolloutServer).options(name=server_name(0), num_cpus=0).remote(state["model_dir"], response_length=12)
+        server = ray.remote(HFRolloutServer).options(name=server_name(0), num_cpus=0).remote(state["model_dir"], 12)
+        ray.get(server.set_global_steps.remote(1))  # loaded; the handle keeps the actor alive
         ray.get(get_or_create_broker().publish.remote("test", 1, 1, snapshot))
         dataset = create_rl_dataset(cfg.data.train_files, cfg.data, tokenizer, None, is_train=True)
         rows = [dataset[i] for i in range(len(SEEDS))]
@@ -149,10 +152,13 @@ def test_both_engines_give_the_same_first_iteration(library_v1, verl_rollout):
     assert local["experiences"] > 0, "no step was given experiences: the comparison would not cover injection"
     assert sorted(local["keys"]) == sorted(verl["keys"])
 
+    decode = library_v1["tokenizer"].decode
     for field in ("prompt_ids", "response_ids"):
         a, b = by_task_step(local["keys"], local[field]), by_task_step(verl["keys"], verl[field])
         for key in a:
-            assert sorted(a[key]) == sorted(b[key]), f"{field} differ at task seed {key[0]}, step {key[1]}"
+            assert sorted(a[key]) == sorted(b[key]), (
+                f"{field} differ at task seed {key[0]}, step {key[1]}:\nlocal {decode(a[key][0])!r}\nverl  {decode(b[key][0])!r}"
+            )
     a, b = by_task_step(local["keys"], local["advantage"]), by_task_step(verl["keys"], verl["advantage"])
     for key in a:
         np.testing.assert_allclose(sorted(a[key]), sorted(b[key]), rtol=1e-5, atol=1e-5, err_msg=str(key))

@@ -4,8 +4,8 @@ Per step: the library (latest published snapshot) retrieves experiences for the 
 ``[system: experiences, user: observation prompt]`` are tokenised with verl's Continuous Token builder, verl's
 server manager generates, and the response is projected and applied to the environment in a thread pool.
 
-``run()`` returns one AgentLoopOutput per step; verl stores each as its own training row. Two verl gotchas
-(REFERENCE.md §3) shape the output:
+``run()`` returns one AgentLoopOutput per step; verl stores each as its own training row. Two verl 0.9.1
+behaviours shape the output:
 
 * verl copies the LAST element's ``reward_score`` onto every row, so every row carries the same episode return
   as reward_score and the per-step data lives in ``extra_fields`` (keys: step_batch.STEP_FIELDS);

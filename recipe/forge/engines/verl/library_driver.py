@@ -79,7 +79,7 @@ def _messages(experience_text: str, prompt_text: str) -> list[dict]:
 
 
 def reward_metrics(trajectories: Sequence[TrajectoryRecord]) -> dict[str, float]:
-    """The seed's forge/reward_* metrics over one value per episode."""
+    """forge/reward_mean, reward_std and positive_ratio over one value per episode."""
     if not trajectories:
         return {}
     returns = np.array([t.episode_reward for t in trajectories], dtype=np.float64)

@@ -1,7 +1,7 @@
 """The verl engine's advantage step, as pure functions over one training batch of per-step rows.
 
 verl stores every element of an agent loop's ``list[AgentLoopOutput]`` as its own row and copies the LAST
-element's ``reward_score`` onto every row of the episode (REFERENCE.md §3). The agent loop therefore carries
+element's ``reward_score`` onto every row of the episode. The agent loop therefore carries
 the step data in ``extra_fields`` (see :data:`STEP_FIELDS`) and this module rebuilds, per row:
 
 * the token-level score: episode return minus that step's invalid-action penalty, on the last response token
