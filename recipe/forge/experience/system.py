@@ -67,7 +67,7 @@ class LibrarySnapshot:
     config: dict[str, Any]
     library: dict[str, Any]
     index: dict[str, Any]
-    index_search: bytes | None = None  # ObservationIndex.search_blob(): restored instead of rebuilt (pickle only)
+    index_search: list | None = None  # ObservationIndex.search_blob(): restored instead of rebuilt (pickle only)
 
 
 class SystemProvider:
@@ -225,7 +225,7 @@ class ExperienceSystem:
     def save(self, directory: str | Path) -> Path:
         return save_payload(directory, self.state())
 
-    def _restore(self, payload: dict[str, Any], index_search: bytes | None = None) -> None:
+    def _restore(self, payload: dict[str, Any], index_search: list | None = None) -> None:
         saved = payload["index"]
         if bool(saved["exact"]) != (not self.cfg["enable_clustering"]) or (
             not saved["exact"] and saved["threshold"] != self.cfg["obs_similarity_threshold"]
