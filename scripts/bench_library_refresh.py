@@ -5,7 +5,8 @@ its snapshot as published before (plain: the worker re-hashes every prototype) a
 driver's search ships pickled); the driver's snapshot seconds and pickled MB, the worker's load seconds
 (unpickle + ``ExperienceSystem.from_snapshot``), and the longest stall of the worker's event loop while
 ``WorkerLibrary.refresh`` loads the version in its thread (a coroutine ticking every 5 ms measures the largest
-gap; before, the load ran on the loop, so the stall was the whole load).
+gap; before, the load ran on the loop, so the stall was the whole load), next to the longest garbage collection
+meanwhile (CPython's full collection over millions of index objects holds the GIL in whichever thread runs it).
 
     python scripts/bench_library_refresh.py --clusters 1000 10000 100000 --json
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import pickle
 import time
@@ -48,10 +50,19 @@ def driver_with_clusters(n: int) -> ExperienceSystem:
     return system
 
 
-async def loop_stall(snapshot) -> tuple[float, float]:
-    """(seconds refresh took, longest gap in seconds between ticks of another coroutine meanwhile)."""
+async def loop_stall(snapshot) -> tuple[float, float, float]:
+    """(seconds refresh took, longest gap in seconds between ticks of another coroutine meanwhile, longest single
+    garbage collection meanwhile: a full collection holds the GIL and stalls every thread, the loop included)."""
     library = WorkerLibrary(connect=lambda: PublishedOnce(snapshot))
-    ticks = []
+    ticks, collections, gc_started = [], [0.0], []
+
+    def on_gc(phase, info):
+        if phase == "start":
+            gc_started.append(time.perf_counter())
+        elif gc_started:
+            collections.append(time.perf_counter() - gc_started.pop())
+
+    gc.callbacks.append(on_gc)
 
     async def ticker():
         while True:
@@ -64,8 +75,9 @@ async def loop_stall(snapshot) -> tuple[float, float]:
     await library.refresh()
     ended = time.perf_counter()
     clock.cancel()
+    gc.callbacks.remove(on_gc)
     during = [started] + [t for t in ticks if started < t < ended] + [ended]
-    return ended - started, max(b - a for a, b in zip(during, during[1:]))
+    return ended - started, max(b - a for a, b in zip(during, during[1:])), max(collections)
 
 
 def measure(n: int) -> dict:
@@ -81,9 +93,10 @@ def measure(n: int) -> dict:
         ExperienceSystem.from_snapshot(pickle.loads(blob))
         out[f"{name}_worker_load_s"] = time.perf_counter() - started
         out[f"{name}_worker_load_cpu_s"] = time.process_time() - cpu  # less sensitive to a busy machine
-        refresh_s, stall_s = asyncio.run(loop_stall(snap))
+        refresh_s, stall_s, gc_s = asyncio.run(loop_stall(snap))
         out[f"{name}_refresh_s"] = refresh_s
         out[f"{name}_max_loop_stall_s"] = stall_s
+        out[f"{name}_longest_gc_s"] = gc_s
     return out
 
 
