@@ -12,7 +12,8 @@ for both engines. Within one iteration this gives the same retrieval results as 
 the library only changes in ``evolve``.
 
 Distributed use: ``snap = system.snapshot()`` is a plain, picklable, JSON-serialisable read-only view with a
-``version``; a worker builds ``ExperienceSystem.from_snapshot(snap).provider``. Its observation index is a
+``version``; a worker builds ``ExperienceSystem.from_snapshot(snap).provider``. ``snapshot(with_search=True)``
+adds the pickled observation search (not JSON), which spares the worker re-hashing every cluster prototype. Its observation index is a
 private copy: observations matching a published cluster get that cluster's id, new ones found worker-local
 clusters with ids >= ``PROVISIONAL_BASE`` (consistent inside the worker, which holds all G sessions of a task
 group). ``evolve`` (or ``absorb``) on the driver re-assigns such steps to the driver's own clusters first.
@@ -66,6 +67,7 @@ class LibrarySnapshot:
     config: dict[str, Any]
     library: dict[str, Any]
     index: dict[str, Any]
+    index_search: list | None = None  # ObservationIndex.search_blob(): restored instead of rebuilt (pickle only)
 
 
 class SystemProvider:
@@ -223,7 +225,7 @@ class ExperienceSystem:
     def save(self, directory: str | Path) -> Path:
         return save_payload(directory, self.state())
 
-    def _restore(self, payload: dict[str, Any]) -> None:
+    def _restore(self, payload: dict[str, Any], index_search: list | None = None) -> None:
         saved = payload["index"]
         if bool(saved["exact"]) != (not self.cfg["enable_clustering"]) or (
             not saved["exact"] and saved["threshold"] != self.cfg["obs_similarity_threshold"]
@@ -239,7 +241,7 @@ class ExperienceSystem:
                                  WARNING: self.cfg["warning_capacity_per_level"]}
         self.library.novelty_threshold = float(self.cfg["novelty_threshold"])
         self.library.prune()  # a smaller configured capacity than the saved one applies on resume
-        self.index = ObservationIndex.from_state(payload["index"], self.lsh)
+        self.index = ObservationIndex.from_state(payload["index"], self.lsh, index_search)
         self.index.max_clusters = self.cfg["max_clusters"]
         self.index.on_evict.append(self.library.unlink_cluster)
         self.retriever.library = self.library
@@ -267,14 +269,17 @@ class ExperienceSystem:
 
     # distribution --------------------------------------------------------------------------------------------
 
-    def snapshot(self) -> LibrarySnapshot:
+    def snapshot(self, with_search: bool = False) -> LibrarySnapshot:
+        """``with_search``: ship the observation search too (for workers in other processes: the transfer
+        pickles it anyway, and restoring it is far cheaper than rebuilding it)."""
         state = self.state()
-        return LibrarySnapshot(self.version, self.iteration, state["config"], state["library"], state["index"])
+        search = self.index.search_blob() if with_search else None
+        return LibrarySnapshot(self.version, self.iteration, state["config"], state["library"], state["index"], search)
 
     @classmethod
     def from_snapshot(cls, snap: LibrarySnapshot, tokenizer: Any | None = None, **kwargs) -> "ExperienceSystem":
         system = cls(snap.config, tokenizer, view=True, **kwargs)
         system._restore({"iteration": snap.iteration, "version": snap.version, "library": snap.library,
-                         "index": snap.index, "counters": {}})
+                         "index": snap.index, "counters": {}}, index_search=snap.index_search)
         system.index.next_id = max(system.index.next_id, PROVISIONAL_BASE)
         return system

@@ -5,7 +5,9 @@ synchronous (and ALFWorld resets take seconds), so every reset and step runs in 
 worker process: a slow environment delays only its own episode, never generation for the others.
 
 The episode is the project's own environment manager (agent_system) over one task with one copy, so prompts,
-memory, action projection and anchors are exactly those of the embedded engine.
+memory, action projection and anchors are exactly those of the embedded engine. Managers come from the process's
+:mod:`manager_pool` and go back to it when the episode closes, so heavy environments keep their worker process
+from one episode to the next.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +23,7 @@ import numpy as np
 
 from agent_system.environments.config import EnvConfig
 from agent_system.environments.registry import get_env_manager_class
+from recipe.forge.engines.verl.manager_pool import ManagerPool, process_manager_pool
 
 _EXECUTOR: ThreadPoolExecutor | None = None
 
@@ -62,16 +65,25 @@ class StepOutcome:
 
 
 class EpisodeSession:
-    """A single-environment manager (1 task x 1 copy) driven from a coroutine."""
+    """A single-environment manager (1 task x 1 copy) driven from a coroutine.
 
-    def __init__(self, env_config: EnvConfig, split: str, seed: int):
+    The manager is taken from ``pool`` (default: the process's pool) at ``reset`` and returned at ``close``. It
+    is retired instead when the episode went wrong: an environment call raised, the episode ended as failed
+    (``failure_reason``: crashed or hung worker, environment exception), or a call is still running at close
+    (the episode's coroutine was cancelled mid-call; the manager is closed once that call returns).
+    """
+
+    def __init__(self, env_config: EnvConfig, split: str, seed: int, pool: ManagerPool | None = None):
         single = dataclasses.replace(env_config, rollout=dataclasses.replace(env_config.rollout, n=1))
         self._manager_class = get_env_manager_class(env_config.env_name)
         self._config = single
         self._split = split
         self._seed = int(seed)
+        self._pool = pool
         self._manager = None
         self._view: EpisodeView | None = None
+        self._raised = False  # an environment call raised: the manager is not trusted again
+        self._last_call: Future | None = None
         self.done = False
 
     async def reset(self) -> EpisodeView:
@@ -81,18 +93,42 @@ class EpisodeSession:
         return await self._call(self._step_sync, response_text)
 
     async def close(self) -> None:
-        if self._manager is not None:
-            await self._call(self._manager.close)
+        """Give the manager back to the pool, or retire it (see the class docstring)."""
+        running = self._last_call
+        if running is not None and not running.done():
+            # cancelled mid-call: the call still runs in its thread; retire the manager once it returns
+            running.add_done_callback(lambda _: environment_executor().submit(self._give_back, False))
+            return
+        await self._call(self._give_back, True)
 
     @property
     def max_steps(self) -> int:
         return self._manager_class.resolve_max_steps(self._config)
 
+    def _manager_pool(self) -> ManagerPool:
+        return self._pool if self._pool is not None else process_manager_pool()
+
     async def _call(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(environment_executor(), fn, *args)
+        self._last_call = environment_executor().submit(self._guarded, fn, *args)
+        return await asyncio.wrap_future(self._last_call)
+
+    def _guarded(self, fn, *args):
+        try:
+            return fn(*args)
+        except BaseException:
+            self._raised = True
+            raise
+
+    def _give_back(self, trusted: bool) -> None:
+        manager, self._manager = self._manager, None
+        if manager is not None:
+            reusable = trusted and not self._raised and manager.failure_reason[0] is None
+            self._manager_pool().release(manager, reusable)
 
     def _reset_sync(self) -> EpisodeView:
-        self._manager = self._manager_class(self._config, num_tasks=1, split=self._split)
+        if self._manager is not None:
+            raise RuntimeError("EpisodeSession.reset was called twice; one session runs one episode")
+        self._manager = self._manager_pool().acquire(self._manager_class, self._config, self._split)
         obs, infos = self._manager.reset([self._seed])
         self.done = not bool(self._manager.active[0])
         self._view = self._make_view(obs, infos[0])

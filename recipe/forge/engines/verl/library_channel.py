@@ -6,6 +6,11 @@ worker process keeps the provider built from the latest snapshot it has seen and
 episode (one small RPC); only a new version costs a snapshot transfer. Every step records the version it was
 generated with, so a sample can always be traced to the library that shaped its prompt.
 
+The snapshot fetch and the provider rebuild run in a thread, never on the worker's event loop: generation and
+environment steps of the other episodes go on while a new version loads. Episodes that start meanwhile wait
+for that version (one load per new tag); the snapshot ships the driver's observation search, so the rebuild
+does not hash every cluster prototype again.
+
 A snapshot provider never changes the driver's library: an observation that matches no known cluster founds a
 worker-local cluster (ids above the driver's range). verl runs the G sessions of one prompt in one worker, so
 the copies of a task share those ids; the driver resolves them to its own clusters (``ExperienceSystem.absorb``)
@@ -15,7 +20,8 @@ before it computes advantages, so step groups are the driver's clusters.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
 
 import ray
 
@@ -66,14 +72,51 @@ def find_broker() -> ray.actor.ActorHandle | None:
         return None
 
 
-class WorkerLibrary:
-    """Per-process cache of the provider built from the latest snapshot (shared by all agent loops)."""
+class BrokerClient:
+    """A worker's two calls to the broker: the tag check (one small RPC, awaited on the event loop) and the
+    snapshot fetch (blocking, run off the loop together with the rebuild)."""
 
-    def __init__(self):
+    def __init__(self, handle: ray.actor.ActorHandle):
+        self.handle = handle
+
+    async def tag(self) -> tuple[str, int, int]:
+        return tuple(await self.handle.tag.remote())
+
+    def latest(self) -> tuple[tuple[str, int, int], Any]:
+        tag, snapshot = ray.get(self.handle.latest.remote())
+        return tuple(tag), snapshot
+
+
+def connect_broker() -> BrokerClient | None:
+    handle = find_broker()
+    return None if handle is None else BrokerClient(handle)
+
+
+_LOADER: ThreadPoolExecutor | None = None
+
+
+def library_loader() -> ThreadPoolExecutor:
+    """The process's thread for broker look-ups, snapshot fetches and provider rebuilds (one at a time)."""
+    global _LOADER
+    if _LOADER is None:
+        _LOADER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forge-library")
+    return _LOADER
+
+
+class WorkerLibrary:
+    """Per-process cache of the provider built from the latest snapshot (shared by all agent loops).
+
+    ``connect`` finds the broker (None when nothing is published yet); ``build(snapshot, tokenizer)`` makes the
+    provider. Both run in :func:`library_loader`'s thread."""
+
+    def __init__(self, connect: Callable[[], Any] = connect_broker, build: Callable[[Any, Any], Any] | None = None):
         self.tag = ("", NO_LIBRARY, NO_LIBRARY)  # (publishing driver, library version, iteration)
         self.provider: Any = None
+        self._connect = connect
+        self._build = build or provider_from_snapshot
         self._lock: asyncio.Lock | None = None
-        self._broker: ray.actor.ActorHandle | None = None
+        self._broker: Any = None
+        self._loading: asyncio.Future | None = None  # the load in progress, kept across a cancelled waiter
 
     async def refresh(self, tokenizer: Any = None) -> tuple[int, Any]:
         """(version, provider) of the newest published library; (-1, None) when nothing is published.
@@ -81,18 +124,24 @@ class WorkerLibrary:
         ``tokenizer`` caps the rendered experience text in tokens (max_experience_length)."""
         if self._lock is None:
             self._lock = asyncio.Lock()
+        loop = asyncio.get_running_loop()
         async with self._lock:
             for attempt in range(2):
                 if self._broker is None:
-                    self._broker = find_broker()
+                    self._broker = await loop.run_in_executor(library_loader(), self._connect)
                     if self._broker is None:
                         return NO_LIBRARY, None
                 try:
-                    tag = tuple(await self._broker.tag.remote())
+                    tag = await self._broker.tag()
                     if tag != self.tag:
-                        tag, snapshot = await self._broker.latest.remote()
-                        self.provider = provider_from_snapshot(snapshot, tokenizer) if snapshot is not None else None
-                        self.tag = tuple(tag)
+                        if self._loading is None:
+                            self._loading = loop.run_in_executor(library_loader(), self._load, self._broker, tokenizer)
+                        try:
+                            # shielded: a cancelled episode leaves the load running for the next one
+                            self.tag, self.provider = await asyncio.shield(self._loading)
+                        finally:
+                            if self._loading.done():
+                                self._loading = None
                     break
                 except ray.exceptions.RayActorError:
                     # the broker was replaced (a new driver): look it up again once
@@ -100,6 +149,10 @@ class WorkerLibrary:
                     if attempt:
                         raise
         return self.tag[1], self.provider
+
+    def _load(self, broker: Any, tokenizer: Any) -> tuple[tuple[str, int, int], Any]:
+        tag, snapshot = broker.latest()
+        return tuple(tag), self._build(snapshot, tokenizer) if snapshot is not None else None
 
 
 def provider_from_snapshot(snapshot: Any, tokenizer: Any = None) -> Any:

@@ -153,7 +153,8 @@ class LibraryDriver:
         self.system.begin_iteration(iteration)
         if self._broker is None:
             self._broker = get_or_create_broker()
-        ray.get(self._broker.publish.remote(self.publisher_id, self.version, iteration, self.system.snapshot()))
+        snapshot = self.system.snapshot(with_search=True)  # workers restore the search instead of rebuilding it
+        ray.get(self._broker.publish.remote(self.publisher_id, self.version, iteration, snapshot))
 
     def absorb(self, rows: Sequence[dict]) -> list[int | None]:
         """Resolve the workers' local cluster ids to the driver's clusters; returns one id per row.
