@@ -136,7 +136,7 @@ def verl_first_iteration(state, snapshot, verl_rollout):
     keep = np.flatnonzero(real)
     return {
         "keys": [(int(seed_of[row_uids[i]]), int(extra[i]["step_index"])) for i in keep],
-        "prompt_ids": [[t for t in prompts[i] if t != tokenizer.pad_token_id] for i in keep],
+        "prompt_ids": [prompts[i] for i in keep],  # nested (ragged) rows: no padding to strip
         "response_ids": [responses[i][: int(mask[i].sum())] for i in keep],
         "cluster_id": [extra[i]["cluster_id"] for i in keep],
         "advantage": [float(computed["advantages"][i, 0]) for i in keep],
