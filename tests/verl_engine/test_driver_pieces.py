@@ -102,7 +102,7 @@ def test_agent_loop_rows_carry_the_final_task_score_where_the_env_has_one(task_s
     def step(reward, score):
         outcome = StepOutcome(reward=reward, done=False, is_action_valid=True, action="click[x]", won=False, failure_reason=None, task_score=score)
         return {"prompt_ids": [1, 2], "response_ids": [3], "logprobs": [0.0], "text": "<action>click[x]</action>", "multi_modal_data": None,
-                "server_fields": {}, "teacher_prompt_ids": None, "view": view, "outcome": outcome, "experience": StepExperience(), "gen_seconds": 0.1}
+                "server_fields": {}, "student_prompt_ids": None, "view": view, "outcome": outcome, "experience": StepExperience(), "gen_seconds": 0.1}
 
     fake_loop = SimpleNamespace(tokenizer=SimpleNamespace(eos_token_id=0))
     first_score = None if task_score is None else 0.0
