@@ -12,14 +12,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from agent_system.config_checks import ConfigError, check_int, check_range
 from agent_system.multi_turn_rollout.protocols import GenerationOutput, Message, SamplingParams
-from recipe.forge.config_schema import ValidatedConfig
+
+if TYPE_CHECKING:
+    from recipe.forge.config_schema import ValidatedConfig
 
 
 @dataclass
@@ -159,8 +161,8 @@ class PromptOnlyRunner:
 
         s = self.settings
         start = self._resume()
-        tracker = MetricsTracker(self.output_dir, s.loggers, s.project_name, s.experiment_name, resume=start > 0)
-        tracker.truncate_after(start)
+        tracker = MetricsTracker(self.output_dir, s.loggers, s.project_name, s.experiment_name,
+                                 resume_after=start if start > 0 else None)
         history = []
         for iteration in tqdm(range(start, s.total_iterations), desc="prompt-only iterations",
                               disable=not s.local.progress):

@@ -274,8 +274,8 @@ class LocalTrainer:
         s = self.settings
         start = self.resume()
         self.tracker = MetricsTracker(self.output_dir, s.loggers, s.project_name, s.experiment_name,
-                                      OmegaConf.to_container(self.cfg, resolve=False), resume=start > 0)
-        self.tracker.truncate_after(start)
+                                      OmegaConf.to_container(self.cfg, resolve=False),
+                                      resume_after=start if start > 0 else None)
         history = []
         if start == 0 and s.val_before_train and s.test_freq > 0:
             history.append({"iteration": 0, **self.validate()})
