@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from agent_system.config_checks import ConfigError, check_int, check_range
+from agent_system.environments.projection import valid_unicode
 from agent_system.multi_turn_rollout.protocols import GenerationOutput, Message, SamplingParams
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ class OpenAIGenerator:
             stop=list(sampling.stop) or None,
         )
         choice = reply.choices[0]
-        text = choice.message.content or ""
+        text = valid_unicode(choice.message.content)
         extra = getattr(choice, "model_extra", None) or {}
         for stop in sampling.stop:
             if "stop_reason" in extra:  # vLLM / SGLang name the stop string that matched (None for EOS)
