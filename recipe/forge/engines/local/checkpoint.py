@@ -13,8 +13,9 @@ A resume reads and checks every file before it changes anything.
 A checkpoint is written into a temporary folder of its writer and renamed to ``global_step_<k>`` once complete;
 ``<output_dir>/latest_checkpointed_iteration.txt`` (verl's convention) is then replaced atomically. A kill at
 any moment leaves every ``global_step_<k>`` folder either complete or absent. ``trainer.resume_mode=auto``
-resumes from the newest complete checkpoint; it never starts over while checkpoint folders exist (if none of
-them is complete, it stops with an error).
+resumes from the checkpoint the marker names, or, when that one is missing or incomplete (or the marker is
+empty), from the newest complete one; it never starts over while checkpoint folders exist (if none of them
+is complete, it stops with an error).
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def _read_marker(output_dir: Path) -> int | None:
 
 
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint in ``output_dir``; None when there is no checkpoint at all.
+    """The checkpoint the marker names when it is complete, else the newest complete one (warned); None when
+    there is no checkpoint at all.
 
     Raises CheckpointError when checkpoint folders (or the marker) exist but none is complete: starting over
     would overwrite the run's metrics and checkpoints."""
@@ -69,13 +71,14 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
     named = _read_marker(output_dir)
     folders = sorted((int(m.group(1)), p) for p in output_dir.glob("global_step_*")
                      if p.is_dir() and (m := STEP_FOLDER.fullmatch(p.name)))
-    complete = [(k, p) for k, p in folders if is_complete(p)]
+    if named is not None and is_complete(checkpoint_dir(output_dir, named)):
+        return checkpoint_dir(output_dir, named)
+    complete = [p for _, p in folders if is_complete(p)]
     if complete:
-        newest, path = complete[-1]
-        if named is not None and named != newest:
-            warnings.warn(f"{output_dir / LATEST} names iteration {named}, but the newest complete checkpoint is "
-                          f"{path.name}; resuming from {path.name}")
-        return path
+        if named is not None:
+            warnings.warn(f"{output_dir / LATEST} names iteration {named}, which is not a complete checkpoint; "
+                          f"resuming from the newest complete one, {complete[-1].name}")
+        return complete[-1]
     if folders or (output_dir / LATEST).exists():
         raise CheckpointError(
             f"{output_dir} holds checkpoint folders or a {LATEST} but no complete checkpoint (a folder with "
