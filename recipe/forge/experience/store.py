@@ -19,11 +19,13 @@ import hashlib
 import json
 import math
 import os
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from recipe.forge.durable import CheckpointError, write_atomic
 from recipe.forge.experience.library import LEVELS
+from recipe.forge.experience.metrics import RetrievalStats
 
 FORMAT = "slea-rl-experience"
 SCHEMA_VERSION = 1
@@ -44,6 +46,7 @@ INDEX_FIELDS = {"threshold": (int, float), "max_clusters": int, "exact": bool, "
 NON_NEGATIVE = ("entry_id", "retrieval_count", "created_iter", "updated_iter", "cluster_id", "uses",
                 "last_used_iter", "iteration", "version", "next_id", "evicted", "golden_capacity", "warning_capacity")
 COUNTER_SECTIONS = ("totals", "extractor", "retrieval")
+TOTALS = ("strategies_added", "warnings_added", "merged", "rejected", "pruned")  # evolution totals of a system
 
 
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -183,13 +186,19 @@ def validate_payload(payload: dict[str, Any], source: str) -> None:
 
 
 def _check_counters(counters: dict[str, Any], where: str) -> None:
-    """Known sections of non-negative finite numbers (which names each section holds is the system's to check)."""
+    """Known sections of non-negative finite numbers; the totals and retrieval sections hold only their known
+    counters (extractor counters differ between extractors, and a resume may switch extractor)."""
     unknown = sorted(set(counters) - set(COUNTER_SECTIONS), key=str)
     if unknown:
         raise CheckpointError(f"{where} has the unknown section {_short(unknown[0])}")
+    known = {"totals": set(TOTALS), "retrieval": {f.name for f in fields(RetrievalStats)}}
     for section, values in counters.items():
         if not isinstance(values, dict):
             raise CheckpointError(f"{where}.{section} must be an object, got {type(values).__name__}")
+        extra = sorted(set(values) - known[section], key=str) if section in known else []
+        if extra:
+            raise CheckpointError(f"{where}.{section} has the unknown counter {_short(extra[0])}; "
+                                  f"known: {sorted(known[section])}")
         for name, value in values.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not _is_finite(value) or value < 0:
                 raise CheckpointError(f"{where}.{section}.{_short(name)}={_short(value)} must be a finite number >= 0")

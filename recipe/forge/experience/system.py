@@ -34,7 +34,7 @@ from recipe.forge.experience.metrics import RetrievalStats, injection_stats, ste
 from recipe.forge.experience.render import ExperienceRenderer
 from recipe.forge.experience.retrieval import Retriever, gates_open
 from recipe.forge.experience.similarity import LSHParams
-from recipe.forge.experience.store import CheckpointError, load_payload, save_payload
+from recipe.forge.experience.store import TOTALS, CheckpointError, load_payload, save_payload
 
 CONFIG_KEYS = (
     "golden_capacity_per_level", "warning_capacity_per_level", "use_embeddings", "embedding_model",
@@ -112,7 +112,7 @@ class ExperienceSystem:
         self.iteration = 0
         self.version = 0
         self.stats = RetrievalStats()
-        self.totals = {"strategies_added": 0, "warnings_added": 0, "merged": 0, "rejected": 0, "pruned": 0}
+        self.totals = dict.fromkeys(TOTALS, 0)
         self.provider = SystemProvider(self)
 
     @classmethod
@@ -240,14 +240,8 @@ class ExperienceSystem:
                 f"enable_clustering={self.cfg['enable_clustering']}, "
                 f"obs_similarity_threshold={self.cfg['obs_similarity_threshold']}"
             )
-        counters = payload["counters"]
+        counters = payload["counters"]  # names and values checked by validate_payload
         totals, extractor = counters.get("totals", {}), counters.get("extractor", {})
-        # extractor counters may differ between extractors (a resume may switch); these two sections may not
-        for section, values, known in (("totals", totals, self.totals),
-                                       ("retrieval", counters.get("retrieval", {}), asdict(RetrievalStats()))):
-            unknown = sorted(set(values) - set(known))
-            if unknown:
-                raise CheckpointError(f"counters.{section} has the unknown counter {unknown[0]!r}; known: {sorted(known)}")
         stats = RetrievalStats(**{k: int(v) for k, v in counters.get("retrieval", {}).items()})
         library = ExperienceLibrary.from_state(payload["library"], self.embedder, self.lsh)
         library.capacity = {GOLDEN: self.cfg["golden_capacity_per_level"],
