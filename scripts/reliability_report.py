@@ -526,7 +526,7 @@ def attack_fuzz(outputs_per_env: int) -> dict:
         budget = outputs_per_env // 10 if env_name == "appworld" else outputs_per_env  # a process round trip each
         stepped, failed = fuzz_env(env_name, budget, rng, **overrides)
         total, crashes = total + stepped, crashes + failed
-    stepped, failed = fuzz_rollout_into_library(rng, iterations=max(2, outputs_per_env // 500))
+    stepped, failed = fuzz_rollout_into_library(rng, iterations=max(2, outputs_per_env // 200))
     return {"fuzzed_outputs": total + stepped, "fuzz_crashes": crashes + failed}
 
 
@@ -584,7 +584,7 @@ def report(quick: bool) -> dict:
     result.update(attack_replaced_files())
     result.update(attack_kills_mid_save(kills=4 if quick else 20))
     result.update(attack_concurrent_writers(saves=20 if quick else 100))
-    result.update(attack_fuzz(outputs_per_env=300 if quick else 1600))
+    result.update(attack_fuzz(outputs_per_env=300 if quick else 1750))
     result.update(attack_workers())
     result.update(attack_appworld())
     result.update(attack_resume_kills(kills=2 if quick else 5, iterations=3 if quick else 6))
