@@ -218,3 +218,19 @@ def test_resume_after_a_kill_between_logging_and_saving_shows_each_tensorboard_s
 def test_rng_capture_is_plain_json():
     state = capture_rng({"sampler": torch.Generator().manual_seed(0), "shuffle": np.random.default_rng(0)})
     assert json.loads(json.dumps(state)) == state
+
+
+def test_the_verl_engine_is_refused_a_fresh_start_over_existing_checkpoints(tmp_path):
+    """verl's own resume starts over when its marker is missing or names a missing folder."""
+    from recipe.forge.engines.local.checkpoint import refuse_fresh_start
+
+    refuse_fresh_start(tmp_path)  # a new run
+    (tmp_path / "global_step_2").mkdir()
+    (tmp_path / LATEST).write_text("2")
+    refuse_fresh_start(tmp_path)  # verl resumes global_step_2
+    (tmp_path / LATEST).write_text("3")
+    with pytest.raises(CheckpointError, match=r"holds \['global_step_2'\] but .* does not name one of them"):
+        refuse_fresh_start(tmp_path)
+    (tmp_path / LATEST).unlink()
+    with pytest.raises(CheckpointError, match="refusing to start over"):
+        refuse_fresh_start(tmp_path)

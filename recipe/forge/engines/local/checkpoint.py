@@ -87,6 +87,22 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
     return None
 
 
+def refuse_fresh_start(output_dir: str | Path) -> None:
+    """For an engine whose own code picks the checkpoint from the marker (verl starts over when the marker is
+    missing or names a missing folder): raise CheckpointError when checkpoint folders exist but the marker
+    does not name one of them, instead of letting the run start over and overwrite them."""
+    output_dir = Path(output_dir)
+    folders = sorted(p.name for p in output_dir.glob("global_step_*") if p.is_dir() and STEP_FOLDER.fullmatch(p.name))
+    if not folders:
+        return
+    named = _read_marker(output_dir)
+    if named is None or not checkpoint_dir(output_dir, named).is_dir():
+        raise CheckpointError(
+            f"{output_dir} holds {folders} but {LATEST} does not name one of them; refusing to start over, which "
+            "would overwrite this run. Resume one explicitly (trainer.resume_mode=resume_path "
+            "trainer.resume_from_path=<folder>), or choose another trainer.default_local_dir or resume_mode=disable")
+
+
 def checkpoint_to_resume(output_dir: str | Path, resume_mode: str, resume_from_path: str | None) -> Path | None:
     """The checkpoint ``trainer.resume_mode`` asks for: none (``disable``, or ``auto`` with no checkpoint yet),
     the newest complete one (``auto``) or ``trainer.resume_from_path`` (``resume_path``)."""
