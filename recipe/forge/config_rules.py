@@ -45,7 +45,7 @@ class GiGPOValues:
 
 @dataclass
 class ForgeValues:
-    """SLEA-RL: every key of the seed with its default, plus the paper's constants (REFERENCE.md §1)."""
+    """SLEA-RL: every key of the seed with its default, plus the paper's constants."""
 
     use_step_rewards: bool = True
     step_advantage_w: float = 1.0

@@ -215,6 +215,20 @@ def test_resume_after_a_kill_between_logging_and_saving_shows_each_tensorboard_s
     assert [(e.step, e.value) for e in events.Scalars("loss")] == [(1, 1.0), (2, 2.0), (3, 30.0)]
 
 
+def test_a_fresh_start_after_a_kill_before_the_first_checkpoint_shows_each_step_once(tmp_path):
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    first = MetricsTracker(tmp_path, ["tensorboard"], "p", "e")
+    first.log(1, {"loss": 1.0})  # logged, then killed before any checkpoint: the rerun starts at iteration 0
+    first.close()
+    time.sleep(1.1)
+    again = MetricsTracker(tmp_path, ["tensorboard"], "p", "e")
+    again.log(1, {"loss": 10.0})
+    again.close()
+    events = event_accumulator.EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [(1, 10.0)]
+
+
 def test_rng_capture_is_plain_json():
     state = capture_rng({"sampler": torch.Generator().manual_seed(0), "shuffle": np.random.default_rng(0)})
     assert json.loads(json.dumps(state)) == state

@@ -7,7 +7,9 @@ W&B only when the ``wandb`` package is installed (otherwise a warning, not a cra
 starting a new one. ``WANDB_MODE=offline`` works as usual (the run is synced later with ``wandb sync``).
 
 Resuming after iteration ``k`` (``resume_after=k``): JSONL lines of later iterations are dropped (they are rerun)
-and TensorBoard is told to purge its events from step ``k + 1`` on, so no step appears twice. A torn last line
+and TensorBoard is told to purge its events from step ``k + 1`` on, so no step appears twice; a fresh start
+deletes the JSONL file and purges every earlier TensorBoard event of the folder (a run killed before its first
+checkpoint starts over cleanly). A torn last line
 (a kill or a full disk mid-append) is dropped with a warning instead of making the file unreadable.
 """
 
@@ -62,8 +64,9 @@ class MetricsTracker:
         if "tensorboard" in loggers:
             from torch.utils.tensorboard import SummaryWriter
 
+            # purge: a fresh start hides every earlier event of this folder, a resume those of the rerun steps
             self.tensorboard = SummaryWriter(str(Path(output_dir) / "tensorboard"),
-                                             purge_step=resume_after + 1 if resume else None)
+                                             purge_step=resume_after + 1 if resume else 0)
         if "wandb" in loggers:
             try:
                 import wandb
