@@ -16,9 +16,8 @@ from verl.base_config import BaseConfig
 from verl.trainer.config import AlgoConfig
 
 from agent_system.config_checks import ConfigError, check_choice
-from recipe.forge.config_rules import (  # noqa: F401  (constants re-exported for existing importers)
-    ADVANTAGE_MODES, DIVERGENCES, ENGINES, EPISODE_NORM_OVER, EXTRACTORS, RESUME_MODES, RETRIEVAL_MODES, ForgeValues,
-    GiGPOValues, check_algorithm_scalars, check_config_values, reject_unknown,
+from recipe.forge.config_rules import (
+    ForgeValues, GiGPOValues, check_algorithm_scalars, check_config_values, reject_unknown,
 )
 
 
