@@ -26,6 +26,8 @@ def check_range(
 ) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{key}={value!r} must be a number")
+    if value != value:
+        raise ConfigError(f"{key}={value!r} must be a number, not NaN")
     too_low = low is not None and (value < low if low_inclusive else value <= low)
     too_high = high is not None and (value > high if high_inclusive else value >= high)
     if too_low or too_high:

@@ -14,6 +14,8 @@ import argparse
 import json
 from pathlib import Path
 
+from recipe.forge.engines.local.tracking import read_metrics
+
 PANELS = [
     ("success_rate", "val/success_rate", "success rate"),
     ("episode_reward/mean", "val/episode_reward/mean", "episode reward (mean)"),
@@ -23,7 +25,7 @@ PANELS = [
 
 
 def load_run(path: str | Path, max_iteration: int | None = None) -> list[dict]:
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    rows = read_metrics(path)
     if max_iteration is not None:
         rows = [r for r in rows if r.get("iteration", 0) <= max_iteration]
     return sorted(rows, key=lambda r: r.get("iteration", 0))

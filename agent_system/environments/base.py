@@ -44,7 +44,7 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 import numpy as np
 
 from agent_system.environments.config import EnvConfig
-from agent_system.environments.projection import ParsedAction, parse_tagged_response
+from agent_system.environments.projection import ParsedAction, parse_tagged_response, valid_unicode
 from agent_system.environments.prompts.common import PromptContext
 from agent_system.memory import BaseMemory, make_memory
 
@@ -253,7 +253,7 @@ class EnvironmentManagerBase:
         rewards = np.zeros(self.num_envs, dtype=np.float64)
         if not idx:
             return self.active_observations(), rewards, ~self.active, list(self.last_info)
-        actions, valid = self.project_actions([text_actions[i] or "" for i in idx], idx)
+        actions, valid = self.project_actions([valid_unicode(text_actions[i]) for i in idx], idx)
         results = self.pool.step(idx, actions)
         self.memory.store(
             idx,

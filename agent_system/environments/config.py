@@ -80,6 +80,7 @@ class AppworldConfig:
     dataset: str = "train"
     val_dataset: str = "dev"
     use_standin: bool = False  # True: the bundled stand-in apps instead of AppWorld (tests / demos, not a benchmark)
+    timeout_s: float = 30.0  # limit per code execution; past it the bridge (and all it started) is killed
 
 
 @dataclass
@@ -136,6 +137,7 @@ class EnvConfig:
         check_choice("env.textworld.challenge", self.textworld.challenge, ["tw-coin_collector", "tw-treasure_hunter", "tw-cooking"])
         max_level = {"tw-coin_collector": 300, "tw-treasure_hunter": 30, "tw-cooking": 4}[self.textworld.challenge]
         check_int("env.textworld.level", self.textworld.level, 1, max_level)
+        check_range("env.appworld.timeout_s", self.appworld.timeout_s, 0, low_inclusive=False)
         check_int("env.textworld.num_games", self.textworld.num_games, 1)
 
 

@@ -12,6 +12,16 @@ import re
 from dataclasses import dataclass
 
 _TAG = re.compile(r"</?\s*([A-Za-z_]+)\s*>")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_unicode(text: object) -> str:
+    """Model output as text that any encoder accepts: lone surrogates (which an OpenAI-compatible endpoint can
+    return as ``\\ud800`` in its JSON, and which UTF-8 cannot encode) become U+FFFD; a non-string becomes ""."""
+    if not isinstance(text, str):
+        return ""
+    return _SURROGATE.sub("\ufffd", text)
+
 
 
 @dataclass(frozen=True)

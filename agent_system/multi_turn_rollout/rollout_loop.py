@@ -15,6 +15,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from agent_system.environments.base import EnvironmentManagerBase, Observations
+from agent_system.environments.projection import valid_unicode
 from agent_system.multi_turn_rollout.protocols import (
     ExperienceProvider,
     Generator,
@@ -220,12 +221,14 @@ class TrajectoryCollector:
         self.generation_calls += 1
         if len(outputs) != len(idx):
             raise ValueError(f"generator returned {len(outputs)} outputs for {len(idx)} conversations")
+        texts = [valid_unicode(out.text) for out in outputs]  # nothing downstream sees unencodable text
         actions: list[str | None] = [None] * envs.num_envs
-        for i, out in zip(idx, outputs):
-            actions[i] = out.text
+        for i, text in zip(idx, texts):
+            actions[i] = text
         next_obs, rewards, dones, infos = envs.step(actions)
         records = []
-        for (i, out), exp, (messages, plain), q in zip(zip(idx, outputs), experiences, conversations, queries):
+        for (i, out, text), exp, (messages, plain), q in zip(zip(idx, outputs, texts), experiences, conversations,
+                                                              queries):
             info: dict[str, Any] = {k: v for k, v in infos[i].items() if k not in _INFO_DROP}
             records.append(
                 StepRecord(
@@ -235,7 +238,7 @@ class TrajectoryCollector:
                     anchor_obs=q.anchor_obs,
                     messages=messages,
                     plain_messages=plain,
-                    response_text=out.text,
+                    response_text=text,
                     action=str(info.get("action", "")),
                     prompt_ids=list(out.prompt_ids),
                     response_ids=list(out.response_ids),

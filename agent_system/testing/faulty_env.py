@@ -3,13 +3,15 @@ worker pools' failure handling.
 
 Observation "seed=S count=C"; every step adds 1 to the count and rewards 1. The episode is won after
 ``win_after`` steps. Action "crash" kills the process (os._exit), "hang" sleeps far past any timeout,
-"raise" raises RuntimeError, "sleep S" sleeps S seconds and then steps; anything else is an ordinary step.
+"raise" raises RuntimeError, "sleep S" sleeps S seconds and then steps, "unpicklable" steps and puts a lock
+(which cannot be pickled) into ``info``; anything else is an ordinary step.
 A negative seed makes ``reset`` raise.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
@@ -49,6 +51,8 @@ class FaultyEnv(AgentEnv):
             time.sleep(float(action.split()[1]))
         self.count += 1
         info = self._info()
+        if action == "unpicklable":
+            info["lock"] = threading.Lock()
         return self._obs(), 1.0, info["won"], False, info
 
     def expert_action(self) -> str:

@@ -11,6 +11,7 @@ failed until the next reset. The other workers' results are unaffected.
 from __future__ import annotations
 
 import multiprocessing as mp
+import pickle
 import time
 from multiprocessing import connection as mp_connection
 from typing import Any, Sequence
@@ -56,9 +57,28 @@ def _worker_main(conn, spec: EnvSpec, num_local: int) -> None:
             # flush at the end, or when results have waited a while: cheap environments send one message
             # per command, slow ones report each step (the parent's per-step timeout hears from them)
             if n == len(payload) - 1 or time.monotonic() - last_flush >= _FLUSH_S:
-                conn.send(chunk)
+                _send_results(conn, chunk, cmd)
                 chunk = []
                 last_flush = time.monotonic()
+
+
+def _send_results(conn, chunk: list, cmd: str) -> None:
+    """Send a chunk of results; a result that cannot be pickled (an environment put a lock, a generator, a
+    socket... in its ``info``) ends that episode as failed instead of killing the worker and its other episodes."""
+    try:
+        conn.send(chunk)
+        return
+    except Exception:  # pickling raises PicklingError, TypeError or AttributeError; nothing was written yet
+        pass
+    safe = []
+    for result in chunk:
+        try:
+            pickle.dumps(result)
+            safe.append(result)
+        except Exception as exc:
+            reason = f"env error: the environment's {cmd} result cannot be sent between processes ({type(exc).__name__}: {exc})"
+            safe.append(None if cmd == "call" else failed_result(reason))
+    conn.send(safe)
 
 
 class ProcessEnvPool:

@@ -13,6 +13,7 @@ the preset ``+experiment=main_job``: SLEA-RL training of SmolLM2-135M-Instruct o
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import sys
@@ -26,8 +27,22 @@ CONFIG_DIR = str(Path(__file__).resolve().parent / "config")
 
 
 def validate(cfg: DictConfig):
-    """Every start-up check of the chosen engine; raises ConfigError naming the first bad key."""
-    from recipe.forge.config_schema import validate_config
+    """Every start-up check of the chosen engine; raises ConfigError naming the first bad key.
+
+    The checks that need neither verl nor torch run first, so that a bad value is reported within seconds."""
+    from recipe.forge.config_rules import check_config_values
+
+    engine = cfg.get("trainer", {}).get("engine", "local")
+    check_config_values(cfg)
+    if engine == "local":
+        from recipe.forge.engines.local.settings import read_engine_settings
+
+        read_engine_settings(cfg)
+    elif engine == "api":
+        from recipe.forge.engines.local.api_engine import api_settings
+
+        api_settings(cfg)
+    from recipe.forge.config_schema import validate_config  # the slow imports (verl, torch) start here
 
     validated = validate_config(cfg)
     if validated.engine == "local":
@@ -36,10 +51,6 @@ def validate(cfg: DictConfig):
 
         engine_settings(cfg)
         check_estimator(validated.algorithm.adv_estimator)
-    elif validated.engine == "api":
-        from recipe.forge.engines.local.api_engine import api_settings
-
-        api_settings(cfg)
     return validated
 
 
@@ -63,11 +74,25 @@ def run(cfg: DictConfig):
 def _hydra_main(cfg: DictConfig) -> None:
     from agent_system.config_checks import ConfigError
 
+    from recipe.forge.durable import CheckpointError
+
     try:
         run(cfg)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except CheckpointError as exc:
+        print(f"checkpoint error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+def verl_config_searchpath() -> str:
+    """verl's config folder as a file:// search path, found without importing verl (the YAML's
+    ``pkg://verl.trainer.config`` imports verl, which takes several seconds before any check can run)."""
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        return "pkg://verl.trainer.config"
+    return "file://" + str(Path(list(spec.submodule_search_locations)[0]) / "trainer" / "config")
 
 
 # what verl's platform manager logs when no accelerator is present (the messages' format strings)
@@ -93,6 +118,8 @@ def _not_a_platform_fallback(record: logging.LogRecord) -> bool:
 def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     silence_irrelevant_verl_warnings()
+    if not any(arg.startswith("hydra.searchpath=") for arg in sys.argv[1:]):
+        sys.argv.append(f"hydra.searchpath=[{verl_config_searchpath()}]")
     _hydra_main()
 
 

@@ -43,6 +43,20 @@ def test_process_pool_survives_crash_hang_and_raise():
         pool.close()
 
 
+@pytest.mark.timeout(60)
+def test_an_unpicklable_info_fails_only_its_episode_and_keeps_the_worker():
+    pool = ProcessEnvPool(SPEC, num_envs=4, num_workers=2, step_timeout_s=10.0)  # workers hold {0,1} {2,3}
+    try:
+        pool.reset(range(4), range(4))
+        res = pool.step(list(range(4)), ["go", "unpicklable", "go", "go"])
+        assert [r.obs for r in (res[0], res[2], res[3])] == ["seed=0 count=1", "seed=2 count=1", "seed=3 count=1"]
+        assert res[1].terminated and "cannot be sent between processes" in res[1].info["failure_reason"]
+        assert pool.restarts == 0  # before: the worker died, and env 0 (same worker) failed with it
+        assert pool.step([0], ["go"])[0].obs == "seed=0 count=2"
+    finally:
+        pool.close()
+
+
 def test_in_process_pool_turns_exceptions_into_failed_episodes():
     pool = InProcessEnvPool(SPEC, num_envs=2)
     pool.reset([0, 1], [0, 1])

@@ -36,7 +36,10 @@ def test_shipped_config_is_valid_with_seed_defaults(default_cfg):
     assert (f.max_strategies_per_iter, f.max_warnings_per_iter) == (10, 5)
     assert (f.divergence_type, f.distill_temperature, f.max_distill_weight, f.use_distillation) == (
         "jsd", 1.0, 0.5, False)
-    assert (f.library_save_freq, f.checkpoint_dir, f.retrieval_mode) == (10, "checkpoints/forge", "observation")
+    assert (f.library_save_freq, f.retrieval_mode) == (10, "observation")
+    # the library file belongs to the run: it lives in the run's output folder, not in a shared default
+    assert f.checkpoint_dir == f"{default_cfg.trainer.default_local_dir}/forge_library" == \
+        "runs/slea_rl/forge_sokoban/forge_library"
     g = v.algorithm.gigpo
     assert (g.step_advantage_w, g.mode, g.enable_similarity, g.similarity_thresh) == (1.0, "mean_norm", False, 0.95)
 

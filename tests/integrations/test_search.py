@@ -222,6 +222,16 @@ def test_manager_expert_and_memory(search_dataset, retrieval_server):
     envs.close()
 
 
+def test_a_lone_surrogate_in_a_query_does_not_fail_the_batch(search_dataset, retrieval_server):
+    """An OpenAI-compatible endpoint can return "\\ud800" in its JSON; UTF-8 cannot encode it."""
+    envs = _search_manager(search_dataset, retrieval_server)
+    envs.reset([0, 1])
+    obs, rewards, dones, infos = envs.step(["<action><search>painter \ud800</search></action>"] * 4)
+    assert all("<information>" in text for text in obs.text)  # the search ran, with U+FFFD in the query
+    assert infos[0]["action"] == "<search>painter \ufffd</search>"
+    envs.close()
+
+
 def test_builtin_data_launches_its_own_server(tmp_path):
     from agent_system.environments.config import env_config_from_mapping
     from agent_system.environments.env_package.search.manager import SearchEnvironmentManager

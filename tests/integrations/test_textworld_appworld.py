@@ -4,6 +4,7 @@ stand-in apps: AppWorld's data cannot be downloaded here)."""
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -72,6 +73,43 @@ def test_appworld_bridge_with_the_standin():
         assert done and reward == 10.0 and info["won"]
     finally:
         env.close()
+
+
+def test_appworld_code_that_never_ends_is_killed_with_what_it_started(tmp_path):
+    """Issue 14: model-written code ran in the bridge with no time limit; now a request past timeout_s kills the
+    bridge's whole process group, the episode fails, and the next reset starts a fresh bridge."""
+    from agent_system.workers.in_process import run_step
+
+    env = AppworldEnv(dataset="train", use_standin=True, timeout_s=2.0)
+    try:
+        env.reset(0)
+        started = time.monotonic()
+        result = run_step(env, "while True:\n    pass")
+        assert time.monotonic() - started < 10
+        assert result.terminated and "ran longer than timeout_s=2 s" in result.info["failure_reason"]
+        obs, _ = env.reset(1)  # a fresh bridge
+        assert "Task:" in obs
+    finally:
+        env.close()
+
+
+def test_appworld_code_sees_a_reduced_environment_and_no_import(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-of-the-trainer")
+    env = AppworldEnv(dataset="train", use_standin=True)
+    try:
+        env.reset(0)
+        out, *_ = env.step("import os\nprint(os.environ)")
+        assert "Execution failed" in out and "__import__" in out
+        out, *_ = env.step("print(open('/etc/hostname').read())")
+        assert "Execution failed" in out and "open" in out
+    finally:
+        env.close()
+    from agent_system.environments.env_package.appworld.env import bridge_environment
+
+    reduced = bridge_environment(use_standin=True)
+    assert "OPENAI_API_KEY" not in reduced and set(reduced) <= {
+        "PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SYSTEMROOT", "PYTHONPATH",
+        "PYTHONDONTWRITEBYTECODE"} | {k for k in reduced if k.startswith("APPWORLD")}
 
 
 def test_appworld_bridge_failure_is_reported():

@@ -88,7 +88,7 @@ def test_prompt_only_mode_resumes_library_and_task_sampler(tmp_path, chat_server
     assert history[0]["forge/library_version"] == 3
     # the training tasks drawn continue the interrupted sequence: the samplers end in the same state
     assert resumed.train_envs.task_rng.bit_generator.state == straight.train_envs.task_rng.bit_generator.state
-    assert (tmp_path / "b" / "global_step_2" / "rng.pt").exists()
+    assert (tmp_path / "b" / "global_step_2" / "rng.json").exists()  # JSON: nothing is unpickled on resume
 
 
 def test_prompt_only_val_only_evaluates_the_saved_library_without_evolving_it(tmp_path, chat_server, compose_cfg,

@@ -27,8 +27,7 @@ def test_new_run_replaces_old_file_and_resume_truncates_later_iterations(tmp_pat
     for it in (1, 2, 3):
         first.log(it, {"x": it})
     first.close()
-    resumed = MetricsTracker(tmp_path, [], "p", "e", resume=True)
-    resumed.truncate_after(2)  # the checkpoint was taken after iteration 2: iteration 3 is rerun
+    resumed = MetricsTracker(tmp_path, [], "p", "e", resume_after=2)  # checkpoint after 2: iteration 3 is rerun
     resumed.log(3, {"x": 30})
     resumed.close()
     assert [(r["iteration"], r["x"]) for r in read_jsonl(tmp_path / "metrics.jsonl")] == [(1, 1), (2, 2), (3, 30)]
@@ -72,7 +71,7 @@ def test_wandb_offline_run_is_continued_on_resume(tmp_path, monkeypatch):
     first.close()
     assert (tmp_path / "out" / "wandb_run_id").read_text().strip() == run_id
 
-    resumed = MetricsTracker(tmp_path / "out", ["wandb"], "proj", "exp", resume=True)
+    resumed = MetricsTracker(tmp_path / "out", ["wandb"], "proj", "exp", resume_after=1)
     assert resumed.wandb.id == run_id
     resumed.close()
     fresh = MetricsTracker(tmp_path / "out", ["wandb"], "proj", "exp")

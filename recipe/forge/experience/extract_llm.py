@@ -14,6 +14,7 @@ import json
 import re
 from typing import Any, Callable, Sequence
 
+from agent_system.environments.projection import valid_unicode
 from agent_system.multi_turn_rollout.protocols import TrajectoryRecord
 from recipe.forge.experience.extract_rule import shorten
 from recipe.forge.experience.library import GOLDEN, LEVELS, WARNING, Candidate
@@ -156,4 +157,4 @@ class OpenAICompatibleLLM:
             temperature=self.temperature,
             max_tokens=self.max_tokens,
         )
-        return reply.choices[0].message.content or ""
+        return valid_unicode(reply.choices[0].message.content)

@@ -35,7 +35,7 @@ from recipe.forge.experience.metrics import RetrievalStats, injection_stats, ste
 from recipe.forge.experience.render import ExperienceRenderer
 from recipe.forge.experience.retrieval import Retriever, gates_open
 from recipe.forge.experience.similarity import LSHParams
-from recipe.forge.experience.store import CheckpointError, load_payload, save_payload
+from recipe.forge.experience.store import TOTALS, CheckpointError, load_payload, save_payload
 
 CONFIG_KEYS = (
     "golden_capacity_per_level", "warning_capacity_per_level", "use_embeddings", "embedding_model",
@@ -46,10 +46,13 @@ CONFIG_KEYS = (
 )
 
 
+OPTIONAL_KEYS = ("success_threshold", "checkpoint_dir")  # None: the batch median; no library file of its own
+
+
 def config_dict(cfg: Any) -> dict[str, Any]:
     """The experience keys of a ForgeConfig (or any mapping / object with those attributes)."""
     get = cfg.get if isinstance(cfg, dict) else (lambda k, d=None: getattr(cfg, k, d))
-    missing = [k for k in CONFIG_KEYS if get(k, None) is None and k != "success_threshold"]
+    missing = [k for k in CONFIG_KEYS if get(k, None) is None and k not in OPTIONAL_KEYS]
     if missing:
         raise ValueError(f"forge config lacks the experience keys {missing}")
     return {k: get(k, None) for k in CONFIG_KEYS}
@@ -111,7 +114,7 @@ class ExperienceSystem:
         self.iteration = 0
         self.version = 0
         self.stats = RetrievalStats()
-        self.totals = {"strategies_added": 0, "warnings_added": 0, "merged": 0, "rejected": 0, "pruned": 0}
+        self.totals = dict.fromkeys(TOTALS, 0)
         self.provider = SystemProvider(self)
 
     @classmethod
@@ -164,7 +167,8 @@ class ExperienceSystem:
     # per iteration -------------------------------------------------------------------------------------------
 
     def evolve(self, trajectories: Sequence[TrajectoryRecord], iteration: int) -> dict[str, float]:
-        """Evolve the library from this iteration's trajectories; save every library_save_freq iterations."""
+        """Evolve the library from this iteration's trajectories; save it to checkpoint_dir (when set) every
+        library_save_freq iterations."""
         if self.view:
             raise RuntimeError("a snapshot-backed ExperienceSystem is read-only; evolve the driver's system")
         self.iteration = int(iteration)
@@ -190,7 +194,7 @@ class ExperienceSystem:
         metrics.update(step_group_stats(steps))
         metrics.update(injection_stats(steps))
         metrics.update(self.metrics())
-        if (iteration + 1) % c["library_save_freq"] == 0:
+        if c["checkpoint_dir"] and (iteration + 1) % c["library_save_freq"] == 0:
             self.save(c["checkpoint_dir"])
         return metrics
 
@@ -226,6 +230,8 @@ class ExperienceSystem:
         return save_payload(directory, self.state())
 
     def _restore(self, payload: dict[str, Any], index_search: list | None = None) -> None:
+        """Replace library, index and counters with a validated payload's; everything is built and checked
+        before anything is replaced, so a payload that fails leaves this system as it was."""
         saved = payload["index"]
         if bool(saved["exact"]) != (not self.cfg["enable_clustering"]) or (
             not saved["exact"] and saved["threshold"] != self.cfg["obs_similarity_threshold"]
@@ -236,21 +242,24 @@ class ExperienceSystem:
                 f"enable_clustering={self.cfg['enable_clustering']}, "
                 f"obs_similarity_threshold={self.cfg['obs_similarity_threshold']}"
             )
-        self.library = ExperienceLibrary.from_state(payload["library"], self.embedder, self.lsh)
-        self.library.capacity = {GOLDEN: self.cfg["golden_capacity_per_level"],
-                                 WARNING: self.cfg["warning_capacity_per_level"]}
-        self.library.novelty_threshold = float(self.cfg["novelty_threshold"])
-        self.library.prune()  # a smaller configured capacity than the saved one applies on resume
-        self.index = ObservationIndex.from_state(payload["index"], self.lsh, index_search)
-        self.index.max_clusters = self.cfg["max_clusters"]
-        self.index.on_evict.append(self.library.unlink_cluster)
-        self.retriever.library = self.library
+        counters = payload["counters"]  # names and values checked by validate_payload
+        totals, extractor = counters.get("totals", {}), counters.get("extractor", {})
+        stats = RetrievalStats(**{k: int(v) for k, v in counters.get("retrieval", {}).items()})
+        library = ExperienceLibrary.from_state(payload["library"], self.embedder, self.lsh)
+        library.capacity = {GOLDEN: self.cfg["golden_capacity_per_level"],
+                            WARNING: self.cfg["warning_capacity_per_level"]}
+        library.novelty_threshold = float(self.cfg["novelty_threshold"])
+        library.prune()  # a smaller configured capacity than the saved one applies on resume
+        index = ObservationIndex.from_state(payload["index"], self.lsh, index_search)
+        index.max_clusters = self.cfg["max_clusters"]
+        index.on_evict.append(library.unlink_cluster)
+
+        self.library, self.index, self.retriever.library = library, index, library
         self.iteration = int(payload["iteration"])
         self.version = int(payload["version"])
-        counters = payload["counters"]
-        self.totals.update(counters.get("totals", {}))
-        self.extractor.stats.update(counters.get("extractor", {}))
-        self.stats = RetrievalStats(**counters.get("retrieval", {}))
+        self.totals.update(totals)
+        self.extractor.stats.update(extractor)
+        self.stats = stats
 
     def load(self, directory: str | Path) -> "ExperienceSystem":
         """Restore this system in place from a checkpoint (the configured capacities and cluster cap apply);
@@ -263,7 +272,12 @@ class ExperienceSystem:
                         llm: Callable[[str], str] | None = None, **kwargs) -> "ExperienceSystem":
         """A system resumed from a checkpoint, configured by ``forge_cfg`` or else by the saved config."""
         payload = load_payload(directory)
-        system = cls(forge_cfg if forge_cfg is not None else payload["config"], tokenizer, llm, **kwargs)
+        try:
+            system = cls(forge_cfg if forge_cfg is not None else payload["config"], tokenizer, llm, **kwargs)
+        except (ValueError, TypeError, KeyError) as exc:
+            if forge_cfg is not None:
+                raise
+            raise CheckpointError(f"{directory}: the saved config cannot build an experience system ({exc})") from exc
         system._restore(payload)
         return system
 

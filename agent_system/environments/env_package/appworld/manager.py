@@ -21,7 +21,7 @@ class AppworldEnvironmentManager(EnvironmentManagerBase):
         dataset = a.dataset if split == "train" else a.val_dataset
         return EnvSpec(
             "agent_system.environments.env_package.appworld.env:AppworldEnv",
-            {"python": a.python, "dataset": dataset, "use_standin": a.use_standin},
+            {"python": a.python, "dataset": dataset, "use_standin": a.use_standin, "timeout_s": a.timeout_s},
         )
 
     def parse_action(self, action_text: str, info: Mapping[str, Any]) -> tuple[str, bool]:

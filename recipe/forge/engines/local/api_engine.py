@@ -12,14 +12,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from agent_system.config_checks import ConfigError, check_int, check_range
+from agent_system.environments.projection import valid_unicode
 from agent_system.multi_turn_rollout.protocols import GenerationOutput, Message, SamplingParams
-from recipe.forge.config_schema import ValidatedConfig
+
+if TYPE_CHECKING:
+    from recipe.forge.config_schema import ValidatedConfig
 
 
 @dataclass
@@ -84,7 +87,7 @@ class OpenAIGenerator:
             stop=list(sampling.stop) or None,
         )
         choice = reply.choices[0]
-        text = choice.message.content or ""
+        text = valid_unicode(choice.message.content)
         extra = getattr(choice, "model_extra", None) or {}
         for stop in sampling.stop:
             if "stop_reason" in extra:  # vLLM / SGLang name the stop string that matched (None for EOS)
@@ -163,8 +166,8 @@ class PromptOnlyRunner:
             from recipe.forge.engines.local.validation import evaluate_only
 
             return evaluate_only(s, start, self.validate)
-        tracker = MetricsTracker(self.output_dir, s.loggers, s.project_name, s.experiment_name, resume=start > 0)
-        tracker.truncate_after(start)
+        tracker = MetricsTracker(self.output_dir, s.loggers, s.project_name, s.experiment_name,
+                                 resume_after=start if start > 0 else None)
         history = []
         for iteration in tqdm(range(start, s.total_iterations), desc="prompt-only iterations",
                               disable=not s.local.progress):

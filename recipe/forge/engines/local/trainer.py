@@ -277,8 +277,8 @@ class LocalTrainer:
         if s.val_only:
             return evaluate_only(s, start, self.validate, OmegaConf.to_container(self.cfg, resolve=False))
         self.tracker = MetricsTracker(self.output_dir, s.loggers, s.project_name, s.experiment_name,
-                                      OmegaConf.to_container(self.cfg, resolve=False), resume=start > 0)
-        self.tracker.truncate_after(start)
+                                      OmegaConf.to_container(self.cfg, resolve=False),
+                                      resume_after=start if start > 0 else None)
         history = []
         if start == 0 and s.val_before_train and s.test_freq > 0:
             history.append({"iteration": 0, **self.validate()})

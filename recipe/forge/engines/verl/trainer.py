@@ -338,8 +338,17 @@ class ForgeTrainer(PPOTrainerSync):
         self._checkpoint_folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
 
     def _load_checkpoint(self):
+        from recipe.forge.durable import CheckpointError
+        from recipe.forge.engines.local.checkpoint import refuse_fresh_start
+
+        if self.config.trainer.resume_mode == "auto":
+            refuse_fresh_start(self.config.trainer.default_local_dir)  # verl would start over and overwrite them
         result = super()._load_checkpoint()
-        if self.global_steps > 0:
+        if self.global_steps > 0 and self.library.enabled:
             folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
-            self.library.load_if_exists(os.path.join(folder, "forge_library"))
+            library = os.path.join(folder, "forge_library")
+            if not os.path.exists(library):  # stopped between verl's save and the library's (on_step_end)
+                raise CheckpointError(f"{folder} has no forge_library: the run stopped before the library joined "
+                                      "this checkpoint; resume the previous one (trainer.resume_mode=resume_path)")
+            self.library.system.load(library)  # checked in full before it replaces the library
         return result

@@ -4,15 +4,26 @@ experiment_name)`` with ``task.instruction`` / ``task.supervisor``, ``execute(co
 ``task_completed()``, ``evaluate()`` with ``success`` / ``pass_percentage`` / ``num_tests``, ``close()``)
 over three toy apps (a music library, a todo list, a wallet). Nothing here is AppWorld's data or code.
 
-Code runs in a namespace that holds ``apis`` (``apis.<app>.<api>(**kwargs)``) and ``print``; the agent ends
-the task with ``apis.supervisor.complete_task(answer=...)``. Also exposes ``task.standin_solution`` so the
+Code runs in a namespace that holds ``apis`` (``apis.<app>.<api>(**kwargs)``) and a small set of builtins
+(:data:`_BUILTINS`: no ``import``, ``open``, ``eval``, ``exec``); the agent ends the task with
+``apis.supervisor.complete_task(answer=...)``. The reduced builtins keep honest mistakes away from the machine;
+they are not a security boundary (Python code can reach other objects through attributes). The time limit,
+process group and reduced environment variables come from the bridge process (env.py). Also exposes ``task.standin_solution`` so the
 bridge can offer an expert.
 """
 
+import builtins
 import contextlib
 import io
 import random
 import types
+
+_BUILTINS = {name: getattr(builtins, name) for name in (
+    "abs", "all", "any", "bool", "dict", "divmod", "enumerate", "filter", "float", "int", "isinstance", "len",
+    "list", "map", "max", "min", "print", "range", "repr", "reversed", "round", "set", "sorted", "str", "sum",
+    "tuple", "zip", "True", "False", "None", "Exception", "ValueError", "KeyError", "TypeError", "IndexError",
+    "ZeroDivisionError", "AttributeError", "NameError",
+)}
 
 _TASKS = {
     "train": ["music_count", "todo_add", "wallet_total", "music_longest"],
@@ -92,7 +103,7 @@ class AppWorld:
         buffer = io.StringIO()
         try:
             with contextlib.redirect_stdout(buffer):
-                exec(compile(code, "<agent>", "exec"), {"apis": self._apis, "__builtins__": __builtins__})
+                exec(compile(code, "<agent>", "exec"), {"apis": self._apis, "__builtins__": dict(_BUILTINS)})
         except Exception as exc:
             return buffer.getvalue() + f"Execution failed. {type(exc).__name__}: {exc}"
         return buffer.getvalue() or "Execution successful."

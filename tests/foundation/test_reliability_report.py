@@ -1,0 +1,54 @@
+"""scripts/reliability_report.py: a fast subset of its attacks, held to the issue-14 goal (every fault caught),
+so CI keeps the report honest. The full report (``--json``) adds the command-line timing, more repetitions and
+the kill-and-resume runs of the embedded engine (those are also tests of their own in tests/local_engine)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def report(load_script):
+    return load_script("reliability_report.py")
+
+
+def test_config_faults_are_all_clean_errors_before_a_model_loads(report):
+    r = report.attack_config(timing=False)
+    assert r["config_faults"] >= 32
+    assert r["config_clean_errors"] == r["config_faults"]
+    assert r["config_errors_after_model_load"] == r["config_silently_accepted"] == 0
+
+
+def test_files_kills_and_writers(report):
+    r = {**report.attack_library(byte_damages=10), **report.attack_replaced_files(),
+         **report.attack_kills_mid_save(kills=2), **report.attack_concurrent_writers(saves=10)}
+    assert r["damaged_library_files"] >= 30
+    assert r["library_clean_errors"] == r["damaged_library_files"] and r["library_half_restored"] == 0
+    assert r["replaced_files_refused"] == r["replaced_checkpoint_files"] == 3
+    assert r["code_executed_on_resume"] is False
+    assert r["unloadable_after_kill"] == 0 and r["concurrent_save_failures"] == 0
+
+
+def test_fuzzed_outputs_workers_and_appworld(report):
+    rng = random.Random(0)
+    stepped, crashes = 0, 0
+    for env_name, overrides in (("sokoban", {}), ("gym_cards/NumberLine-v0", {}),
+                                ("webshop", {"webshop": {"num_products": 30}})):
+        n, c = report.fuzz_env(env_name, 120, rng, **overrides)
+        stepped, crashes = stepped + n, crashes + c
+    n, c = report.fuzz_rollout_into_library(rng, iterations=2)
+    assert stepped + n > 300 and crashes + c == 0
+    workers, appworld = report.attack_workers(), report.attack_appworld()
+    assert workers["worker_faults_contained"] == workers["worker_faults"] == 4
+    assert appworld["appworld_attacks_contained"] == appworld["appworld_attacks"] == 4
+
+
+def test_the_fuzzer_produces_what_broke_the_search_manager(report):
+    rng = random.Random(1)
+    texts = [report.fuzz_text(rng) for _ in range(400)]
+    assert any(any(0xD800 <= ord(ch) <= 0xDFFF for ch in t) for t in texts)  # lone surrogates
+    assert any("<action>" in t for t in texts) and any(len(t) > 1000 for t in texts)
