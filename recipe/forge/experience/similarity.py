@@ -24,13 +24,9 @@ can only find a shorter common subsequence, so ``sim >= difflib ratio``. It is t
    index rebuilt from a checkpoint answers exactly like the saved one;
 3. a length filter (``sim >= t`` needs ``t / (2 - t) <= |a| / |b| <= (2 - t) / t``), then the
    ``max_candidates`` candidates sharing the most bands with the query (near-duplicates share many);
-4. exact confirmation of those candidates with ``sim`` (rapidfuzz, C++);
-5. rescue: when step 4 confirms nothing and some of the query's coarse buckets overflowed (step 2 read their
-   fine buckets instead), the members of those crowded buckets within the length bounds (newest first, at most
-   ``rescue_cap``) are confirmed exactly too. A borderline match (sim 0.85-0.89) of a templated string often
-   shares only crowded coarse buckets with the query and no fine one; without this step it was missed.
+4. exact confirmation of those candidates with ``sim`` (rapidfuzz, C++).
 
-Steps 2, 5 and the caps are approximate: a true match can be missed, never a false one reported (every result
+Step 2 and the two caps are approximate: a true match can be missed, never a false one reported (every result
 is confirmed exactly). ``scripts/bench_library.py`` reports the recall against an exact linear scan.
 """
 
@@ -62,11 +58,10 @@ class LSHParams:
     """MinHash LSH shape. Defaults were chosen with ``scripts/bench_library.py`` on ALFWorld/WebShop-like text."""
 
     qgram: int = 3
-    bands: int = 40
-    rows: int = 4
-    bucket_cap: int = 128
-    max_candidates: int = 192
-    rescue_cap: int = 2048
+    bands: int = 20
+    rows: int = 5
+    bucket_cap: int = 24
+    max_candidates: int = 32
     seed: int = 1234
 
 
@@ -225,21 +220,15 @@ class NearDuplicateIndex:
         Per band the coarse bucket is read whole when it holds at most ``bucket_cap`` members; a larger one
         (strings sharing a common template) is replaced by the fine bucket (twice the rows, so only close
         strings share it), of which the newest ``bucket_cap`` members are read."""
-        return self._candidates(text, threshold)[0]
-
-    def _candidates(self, text: str, threshold: float) -> tuple[list[int], list[list[int]]]:
-        """(:meth:`candidates`, the query's overflowing coarse buckets)."""
         exact = list(self._exact.get(text, ()))
         if self.exact_only:
-            return exact, []
+            return exact
         cap, bands = self.params.bucket_cap, self.params.bands
         coarse, fine = self._hasher.band_keys(text)
         counts: Counter[int] = Counter()
-        crowded: list[list[int]] = []
         for b in range(bands):
             bucket = self._tables[b].get(coarse[b])
             if type(bucket) is list and len(bucket) > cap:
-                crowded.append(bucket)
                 bucket = self._tables[bands + b].get(fine[b])
             if bucket is None:
                 continue
@@ -250,18 +239,14 @@ class NearDuplicateIndex:
         low, high = length_bounds(len(text), threshold)
         lengths = self._len
         ranked = (i for i, _ in counts.most_common() if low <= lengths[i] <= high)
-        return exact + list(islice(ranked, self.params.max_candidates)), crowded
+        return exact + list(islice(ranked, self.params.max_candidates))
 
-    def _rescue(self, text: str, threshold: float, crowded: list[list[int]], tried: list[int]) -> list[int]:
-        """Step 5: members of the crowded coarse buckets not tried yet, within the length bounds, newest (largest
-        id) first, at most ``rescue_cap``."""
-        members = set().union(*crowded).difference(tried)
-        low, high = length_bounds(len(text), threshold)
-        lengths = self._len
-        return sorted((i for i in members if low <= lengths[i] <= high), reverse=True)[: self.params.rescue_cap]
-
-    def _confirm(self, text: str, ids: list[int], threshold: float) -> list[tuple[int, float]]:
-        """(id, sim) of the ``ids`` with ``sim >= threshold``, best first (ties: smaller id)."""
+    def search(self, text: str, threshold: float, limit: int | None = None) -> list[tuple[int, float]]:
+        """Stored ids with ``sim(text, stored) >= threshold``, best first (ties: smaller id), at most ``limit``."""
+        if threshold >= 1.0 or self.exact_only:
+            hits = [(i, 1.0) for i in sorted(self._exact.get(text, ()))]
+            return hits[:limit] if limit is not None else hits
+        ids = list(dict.fromkeys(self.candidates(text, threshold)))
         if not ids:
             return []
         cutoff = threshold * 100.0 - 1e-9
@@ -269,18 +254,8 @@ class NearDuplicateIndex:
             [text], [self._text[i] for i in ids], scorer=fuzz.ratio, dtype=np.float64, score_cutoff=cutoff
         )[0]
         keep = np.flatnonzero(scores >= cutoff)
-        return [(i, -s / 100.0) for s, i in sorted((-float(scores[k]), ids[k]) for k in keep)]
-
-    def search(self, text: str, threshold: float, limit: int | None = None) -> list[tuple[int, float]]:
-        """Stored ids with ``sim(text, stored) >= threshold``, best first (ties: smaller id), at most ``limit``."""
-        if threshold >= 1.0 or self.exact_only:
-            hits = [(i, 1.0) for i in sorted(self._exact.get(text, ()))]
-            return hits[:limit] if limit is not None else hits
-        candidates, crowded = self._candidates(text, threshold)
-        ids = list(dict.fromkeys(candidates))
-        hits = self._confirm(text, ids, threshold)
-        if not hits and crowded:
-            hits = self._confirm(text, self._rescue(text, threshold, crowded, ids), threshold)
+        ranked = sorted(((-float(scores[k]), ids[k]) for k in keep))
+        hits = [(i, -s / 100.0) for s, i in ranked]
         return hits[:limit] if limit is not None else hits
 
     def best(self, text: str, threshold: float) -> tuple[int, float] | None:
