@@ -140,7 +140,7 @@ class ExperienceSystem:
         cluster_ids = [self.index.assign(q.anchor_obs, self.iteration) for q in queries]
         self.stats.queries += len(queries)
         if not self.injecting:
-            return [StepExperience("", cid, (), self.injection) for cid in cluster_ids]
+            return [StepExperience("", cid, (), placement=self.injection) for cid in cluster_ids]
         out = []
         for query, cid in zip(queries, cluster_ids):
             found = self.retriever.retrieve(query.anchor_obs, query.task, cid)
@@ -148,7 +148,7 @@ class ExperienceSystem:
             self.stats.hits += bool(shown)
             self.stats.injected += len(shown)
             self.stats.fallbacks += found.fallback
-            out.append(StepExperience(text, cid, tuple(str(i) for i in shown), self.injection))
+            out.append(StepExperience(text, cid, tuple(str(i) for i in shown), placement=self.injection))
         return out
 
     def absorb(self, records: Sequence[StepRecord]) -> None:
