@@ -1,18 +1,22 @@
 # The README's two commands: `make demo` (the main job on the embedded engine) and `make test`.
-# Each one creates or refreshes .venv by itself (scripts/ensure_venv.sh).
+# Each one creates or refreshes .venv by itself (scripts/ensure_venv.sh); `make test` also installs Chromium for
+# the viewer's browser test where it is missing and apt-get can (scripts/ensure_browser.sh).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test bench
+.PHONY: venv browser demo test bench
 
 venv:
 	@bash scripts/ensure_venv.sh
 
+browser:
+	@bash scripts/ensure_browser.sh
+
 demo: venv
 	$(PY) -m recipe.forge.main_forge +experiment=main_job $(ARGS)
 
-test: venv
+test: venv browser
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 bench: venv

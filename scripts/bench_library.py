@@ -199,6 +199,7 @@ def run(sizes: list[int], batch: int, budget_s: float, seed: int, recall_sample:
         "threshold": THRESHOLD,
         "rows": rows,
         "speedup_vs_linear_at_10k": by_n[10_000]["speedup"] if 10_000 in by_n else None,
+        "recall_at_10k": by_n[10_000]["recall"] if 10_000 in by_n else None,
         "growth_per_10x": max(growth) if growth else None,
         "growth_per_10x_each": growth,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -216,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     parser.add_argument("--batch", type=int, default=1024)
     parser.add_argument("--naive-budget-s", type=float, default=10.0, help="time cap of the naive scan per size")
-    parser.add_argument("--recall-sample", type=int, default=256)
+    parser.add_argument("--recall-sample", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=3, help="timed batches per size (the fastest counts)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print one JSON line")

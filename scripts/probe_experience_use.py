@@ -1,19 +1,29 @@
 """Does a policy read the experiences injected into its prompt? A direct test, before spending a training run.
 
 On every state of an environment with an expert (NumberLine by default), the prompt the rollout builds is given
-to the model three ways, and the probability of the expert's action as the next answer is measured:
+to the model with and without a lesson, and the probability of the expert's action as the next answer is
+measured:
 
 * ``none``: no experience (the plain prompt);
-* ``right``: a system message rendered exactly as in training (``ExperienceRenderer``, compact style) holding
-  one golden ``example`` entry in the rule extractor's wording, which names this state and the expert action;
+* ``right``: one golden ``example`` entry in the rule extractor's wording, which names this state and the expert
+  action, rendered by ``ExperienceRenderer`` and placed by ``experience_messages`` exactly as in training;
 * ``wrong``: the same entry naming the other action.
 
-A model that uses the library puts more mass on the expert action with ``right`` than with ``wrong``
-(``uses_library_gap`` = P(expert | right) - P(expert | wrong), 0 for a model that ignores the system message).
-The answer's probability is that of its first token after the response prefix, with or without a leading space
-(NumberLine's actions are single tokens, so this is the probability of the whole answer).
+A model that uses the library puts more mass on the expert action with ``right`` than with ``wrong``:
+``uses_library_gap`` = P(expert | right) - P(expert | wrong), 0 for a model that ignores the lesson. Every
+placement (``algorithm.forge.injection``: system, user_prefix, user_suffix) x lesson style
+(``algorithm.forge.lesson_style``: descriptive, imperative) is measured and listed in ``table``;
+``uses_library_gap`` and ``p_expert`` are those of the run's own settings (``settings``). The answer's
+probability is that of its first token after the response prefix, with or without a leading space (NumberLine's
+actions are single tokens, so this is the probability of the whole answer).
 
-    python scripts/probe_experience_use.py                                  # SmolLM2-135M-Instruct
+The settings come from the base config (``forge_trainer.yaml``: NumberLine positions 0..3, SmolLM2-135M, the
+``<action>`` prefix the main job uses) or, with ``--preset NAME``, from ``+experiment=NAME`` on top of it: its
+environment, model, response prefix, experience cap and style, lesson style and placement. ``--override``
+adds Hydra overrides after the preset.
+
+    python scripts/probe_experience_use.py --preset main_job --json         # the main job's settings
+    python scripts/probe_experience_use.py                                  # the base config's settings
     python scripts/probe_experience_use.py --tiny --json                    # plumbing check, random weights
     python scripts/probe_experience_use.py --model runs/slea_rl/<run>/global_step_10/policy --json
 """
@@ -21,37 +31,75 @@ The answer's probability is that of its first token after the response prefix, w
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "recipe" / "forge" / "config"
+DEFAULT_ENV, DEFAULT_TARGET_MAX, DEFAULT_PREFIX = "gym_cards/NumberLine-v0", 3, "<action>"
 
-def rule_example(observation: str, action: str) -> str:
-    """The rule extractor's golden ``example`` text for a one-step success that took ``action`` at
-    ``observation`` (recipe/forge/experience/extract_rule.py): the wording the library holds in training."""
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """What the probe takes from a run config."""
+
+    model: str
+    env_name: str
+    target_max: int
+    prefix: str
+    max_tokens: int
+    experience_style: str
+    lesson_style: str
+    injection: str
+
+
+def settings_from_config(preset: str | None, overrides: list[str]) -> ProbeSettings:
+    """The probe's settings from ``forge_trainer.yaml`` (+ ``+experiment=<preset>``) and the overrides. The base
+    config's environment (Sokoban) has no single expert token, so without a preset the probe uses NumberLine
+    positions 0..3 and the ``<action>`` prefix, as the main job does."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    extra = ([f"+experiment={preset}"] if preset else []) + list(overrides)
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        cfg = compose(config_name="forge_trainer", overrides=extra)
+    forge = cfg.algorithm.forge
+    env_name, target_max, prefix = DEFAULT_ENV, DEFAULT_TARGET_MAX, DEFAULT_PREFIX
+    if preset:
+        env_name = str(cfg.env.env_name)
+        target_max = int(cfg.env.get("gym_cards", {}).get("target_max") or DEFAULT_TARGET_MAX)
+        prefix = str(cfg.trainer.local.get("response_prefix") or "")
+    return ProbeSettings(model=str(cfg.actor_rollout_ref.model.path), env_name=env_name, target_max=target_max,
+                         prefix=prefix, max_tokens=int(forge.max_experience_length),
+                         experience_style=str(forge.experience_style), lesson_style=str(forge.lesson_style),
+                         injection=str(forge.injection))
+
+
+def rule_example(observation: str, action: str, lesson_style: str = "descriptive") -> str:
+    """The rule extractor's golden ``example`` text for a one-step success that answered
+    ``<action>{action}</action>`` at ``observation`` (recipe/forge/experience/extract_rule.py): the wording the
+    library holds in training."""
     from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
     from recipe.forge.experience.extract_rule import RuleExtractor
 
     step = StepRecord(uid="probe", traj_uid="probe-0", step=0, anchor_obs=observation, messages=[],
-                      plain_messages=[], response_text=action, action=action, prompt_ids=[], response_ids=[],
+                      plain_messages=[], response_text=f"<action>{action}</action>", action=action, prompt_ids=[], response_ids=[],
                       logprobs=[], reward=1.0, is_action_valid=True, done=True)
     traj = TrajectoryRecord(uid="probe", traj_uid="probe-0", task="", task_type=None, steps=[step],
                             episode_reward=1.0, success=True, length=1)
-    return next(c.text for c in RuleExtractor().golden(traj) if c.level == "example")
+    return next(c.text for c in RuleExtractor(lesson_style).golden(traj) if c.level == "example")
 
 
-def probe(model_path: str, env_name: str, target_max: int, states: int, prefix: str, tiny: bool = False) -> dict:
+def probe_states(env_name: str, target_max: int, states: int) -> dict[str, tuple[str, str, list[str]]]:
+    """anchor observation -> (prompt, expert action, admissible actions) for the distinct states of ``states``
+    task seeds."""
     from agent_system.environments import make_envs
-    from agent_system.multi_turn_rollout.protocols import StepExperience
-    from agent_system.multi_turn_rollout.rollout_loop import build_messages
-    from recipe.forge.engines.local.tiny import script_policy
-    from recipe.forge.experience.library import GOLDEN, ExperienceEntry
-    from recipe.forge.experience.render import ExperienceRenderer
 
-    policy = script_policy(model_path, tiny)
-    tokenizer, model = policy.tokenizer, policy.model.eval()
-    renderer = ExperienceRenderer(max_tokens=300, tokenizer=tokenizer)
     cfg = {"env": {"env_name": env_name, "max_steps": 1, "history_length": 0, "rollout": {"n": 1},
                    "gym_cards": {"target_max": target_max}},
            "data": {"train_batch_size": states, "val_batch_size": 1}}
@@ -62,54 +110,88 @@ def probe(model_path: str, env_name: str, target_max: int, states: int, prefix: 
     for prompt, anchor, info, expert in zip(observations.text, observations.anchor, infos, experts):
         seen.setdefault(anchor, (prompt, expert, list(info.get("admissible_actions") or [])))
     envs.close()
+    return seen
+
+
+def probe(settings: ProbeSettings, states: int, tiny: bool = False) -> dict:
+    """P(expert action) per state without, with the right and with the wrong lesson, for every placement x
+    lesson style; the result's ``uses_library_gap`` is that of ``settings``' placement and style."""
+    from agent_system.multi_turn_rollout.injection import INJECTIONS, experience_messages
+    from recipe.forge.engines.local.tiny import script_policy
+    from recipe.forge.experience.library import GOLDEN, ExperienceEntry
+    from recipe.forge.experience.render import LESSON_STYLES, ExperienceRenderer
+
+    policy = script_policy(settings.model, tiny)
+    tokenizer, model = policy.tokenizer, policy.model.eval()
+    seen = probe_states(settings.env_name, settings.target_max, states)
 
     def first_tokens(action: str) -> set[int]:
         """The tokens that start ``action`` right after the prefix, with or without a leading space."""
         return {tokenizer.encode(variant, add_special_tokens=False)[0] for variant in (action, " " + action)}
 
-    def expert_probability(prompt: str, expert: str, experience_text: str) -> float:
-        messages, _ = build_messages(prompt, None, StepExperience(text=experience_text))
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + prefix
+    def expert_probability(prompt: str, expert: str, experience_text: str, placement: str) -> float:
+        messages = experience_messages(experience_text, prompt, placement)
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + settings.prefix
         ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids
         with torch.no_grad():
-            probs = torch.softmax(model(ids).logits[0, -1].float(), dim=-1)
+            probs = torch.softmax(model(ids, logits_to_keep=1).logits[0, -1].float(), dim=-1)
         return float(probs[sorted(first_tokens(expert))].sum())
 
-    def system_text(anchor: str, action: str) -> str:
-        entry = ExperienceEntry(0, rule_example(anchor, action), GOLDEN, "example", 1.0, "", None, anchor, [])
+    def lesson(anchor: str, action: str, style: str) -> str:
+        renderer = ExperienceRenderer(settings.max_tokens, settings.experience_style, tokenizer, style)
+        entry = ExperienceEntry(0, rule_example(anchor, action, style), GOLDEN, "example", 1.0, "", None, anchor, [])
         return renderer.render([entry])[0]
 
-    rows = {"none": [], "right": [], "wrong": []}
-    for anchor, (prompt, expert, actions) in seen.items():
-        other = next(a for a in actions if a != expert)
-        rows["none"].append(expert_probability(prompt, expert, ""))
-        rows["right"].append(expert_probability(prompt, expert, system_text(anchor, expert)))
-        rows["wrong"].append(expert_probability(prompt, expert, system_text(anchor, other)))
-    mean = {k: statistics.fmean(v) for k, v in rows.items()}
-    return {"model": "tiny-random-llama" if tiny else model_path, "env": env_name, "states": len(seen),
-            "p_expert": mean, "uses_library_gap": mean["right"] - mean["wrong"]}
+    none = [expert_probability(prompt, expert, "", "system") for prompt, expert, _ in seen.values()]
+    table = []
+    for placement, style in itertools.product(INJECTIONS, LESSON_STYLES):
+        right, wrong = [], []
+        for anchor, (prompt, expert, actions) in seen.items():
+            other = next(a for a in actions if a != expert)
+            right.append(expert_probability(prompt, expert, lesson(anchor, expert, style), placement))
+            wrong.append(expert_probability(prompt, expert, lesson(anchor, other, style), placement))
+        p = {"none": statistics.fmean(none), "right": statistics.fmean(right), "wrong": statistics.fmean(wrong)}
+        table.append({"injection": placement, "lesson_style": style, "p_expert": p,
+                      "uses_library_gap": p["right"] - p["wrong"]})
+    own = next(r for r in table if (r["injection"], r["lesson_style"]) == (settings.injection, settings.lesson_style))
+    best = max(table, key=lambda r: r["uses_library_gap"])
+    return {"model": "tiny-random-llama" if tiny else settings.model, "env": settings.env_name, "states": len(seen),
+            "settings": settings.__dict__, "p_expert": own["p_expert"], "uses_library_gap": own["uses_library_gap"],
+            "best": {"injection": best["injection"], "lesson_style": best["lesson_style"],
+                     "uses_library_gap": best["uses_library_gap"]},
+            "table": table}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--preset", default=None, help="an experiment preset (recipe/forge/config/experiment/), "
+                        "e.g. main_job")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Hydra override after the preset (repeatable), e.g. algorithm.forge.injection=system")
+    parser.add_argument("--model", default=None, help="a model path instead of the config's")
     parser.add_argument("--tiny", action="store_true", help="a tiny random model instead of --model (plumbing only)")
-    parser.add_argument("--env", default="gym_cards/NumberLine-v0")
-    parser.add_argument("--target-max", type=int, default=3)
     parser.add_argument("--states", type=int, default=64, help="task seeds drawn (distinct states are probed once)")
-    parser.add_argument("--prefix", default="<action>", help="the response prefix used in training")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    result = probe(args.model, args.env, args.target_max, args.states, args.prefix, args.tiny)
+    settings = settings_from_config(args.preset, args.override)
+    if args.model:
+        settings = ProbeSettings(**{**settings.__dict__, "model": args.model})
+    result = probe(settings, args.states, args.tiny)
     if args.json:
         print(json.dumps(result))
         return
-    print(f"{result['model']} on {result['env']} ({result['states']} states)")
-    for name, value in result["p_expert"].items():
-        print(f"  P(expert action | {name:5s} experience) = {value:.4f}")
-    print(f"  uses_library_gap = {result['uses_library_gap']:+.4f}")
+    print(f"{result['model']} on {result['env']} ({result['states']} states), prefix {settings.prefix!r}")
+    print(f"{'injection':>12} | {'lesson style':>12} | {'P none':>6} | {'P right':>7} | {'P wrong':>7} | gap")
+    for row in result["table"]:
+        p = row["p_expert"]
+        mark = "  <- settings" if (row["injection"], row["lesson_style"]) == (settings.injection,
+                                                                               settings.lesson_style) else ""
+        print(f"{row['injection']:>12} | {row['lesson_style']:>12} | {p['none']:.4f} | {p['right']:.4f}  | "
+              f"{p['wrong']:.4f}  | {row['uses_library_gap']:+.4f}{mark}")
+    print(f"uses_library_gap (settings: {settings.injection}, {settings.lesson_style}) = "
+          f"{result['uses_library_gap']:+.4f}")
 
 
 if __name__ == "__main__":

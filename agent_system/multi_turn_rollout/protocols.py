@@ -52,13 +52,15 @@ class StepQuery:
 
 @dataclass
 class StepExperience:
-    """What a provider returns for one step: the system-message text (may be empty) and the observation
-    cluster that drove retrieval; the same cluster id is the step's advantage group key."""
+    """What a provider returns for one step: the experience text (may be empty), the observation cluster that
+    drove retrieval (the same cluster id is the step's advantage group key), the entries shown, and where the
+    text goes in the messages (``placement``: one of ``agent_system.multi_turn_rollout.injection.INJECTIONS``)."""
 
     text: str = ""
     cluster_id: int | None = None
     entry_ids: tuple[str, ...] = ()
     fallback: bool = False  # served by the whole-library similarity fallback (the cluster had no experiences)
+    placement: str = "system"
 
 
 @runtime_checkable

@@ -1,9 +1,9 @@
 """TrajectoryCollector: runs B x G episodes with any Generator and returns one training sample per step.
 
 Per step, for the environments still active only: the raw (anchor) observation goes to the optional
-experience provider, the messages become [system: experience text (when non-empty), user: prompt], the
-generator answers all of them in one call, the manager projects and applies the answers, and the optional
-step observer sees the new StepRecords. Finished environments cost no generation.
+experience provider, ``injection.experience_messages`` places the experience text (by default [system: experience
+text (when non-empty), user: prompt]), the generator answers all of them in one call, the manager projects and
+applies the answers, and the optional step observer sees the new StepRecords. Finished environments cost no generation.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 
 from agent_system.environments.base import EnvironmentManagerBase, Observations
 from agent_system.environments.projection import valid_unicode
+from agent_system.multi_turn_rollout.injection import experience_messages
 from agent_system.multi_turn_rollout.protocols import (
     ExperienceProvider,
     Generator,
@@ -32,20 +33,11 @@ from agent_system.multi_turn_rollout.protocols import (
 _INFO_DROP = ("image",)  # large per-step info entries not kept in the records
 
 
-def user_message(prompt: str, image: np.ndarray | None) -> Message:
-    """The user turn: text only, or [image, text] parts when the environment renders images."""
-    if image is None:
-        return {"role": "user", "content": prompt}
-    return {"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": prompt}]}
-
-
 def build_messages(prompt: str, image: np.ndarray | None, experience: StepExperience) -> tuple[list[Message], list[Message]]:
-    """(messages given to the policy, the same without experiences)."""
-    user = user_message(prompt, image)
-    plain = [user]
-    if experience.text:
-        return [{"role": "system", "content": experience.text}, user], plain
-    return plain, plain
+    """(messages given to the policy, the same without experiences); the experience text goes where its
+    ``placement`` says (:func:`agent_system.multi_turn_rollout.injection.experience_messages`)."""
+    return (experience_messages(experience.text, prompt, experience.placement, image),
+            experience_messages("", prompt, image=image))
 
 
 def failure_category(reason: str) -> str:

@@ -15,6 +15,8 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from agent_system.config_checks import ConfigError, check_choice, check_int, check_range
+from agent_system.multi_turn_rollout.injection import INJECTIONS
+from recipe.forge.experience.render import LESSON_STYLES
 
 ENGINES = ("local", "verl", "api")
 ADVANTAGE_MODES = ("mean_norm", "mean_std_norm")
@@ -66,6 +68,8 @@ class ForgeValues:
     top_k_warning: int = 1
     max_experience_length: int = 800
     experience_style: str = "compact"
+    lesson_style: str = "descriptive"
+    injection: str = "system"
     divergence_type: str = "jsd"
     distill_temperature: float = 1.0
     max_distill_weight: float = 0.5
@@ -102,6 +106,8 @@ class ForgeValues:
         check_int(f"{p}.top_k_warning", self.top_k_warning, 0, self.warning_capacity_per_level)
         check_int(f"{p}.max_experience_length", self.max_experience_length, 1)
         check_choice(f"{p}.experience_style", self.experience_style, ("compact", "verbose"))
+        check_choice(f"{p}.lesson_style", self.lesson_style, LESSON_STYLES)
+        check_choice(f"{p}.injection", self.injection, INJECTIONS)
         check_choice(f"{p}.divergence_type", self.divergence_type, DIVERGENCES)
         check_range(f"{p}.distill_temperature", self.distill_temperature, 0.0, low_inclusive=False)
         check_range(f"{p}.max_distill_weight", self.max_distill_weight, 0.0)

@@ -6,7 +6,11 @@ import httpx
 import pytest
 
 from recipe.forge.experience import ExperienceSystem
-from recipe.forge.experience.evolution import dedupe, partition, rate_limit, select
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from recipe.forge.experience.evolution import dedupe, partition, positive_ratio, rate_limit, select, success_mask
 from recipe.forge.experience.extract_llm import LLMExtractor, OpenAICompatibleLLM, parse_llm_output
 from recipe.forge.experience.extract_rule import RuleExtractor
 from recipe.forge.experience.library import GOLDEN, LEVELS, WARNING, Candidate
@@ -23,6 +27,63 @@ def test_partition_threshold_median_and_faults(traj):
     ok, bad, eta = partition(ts, None)  # median of 0, 2, 5, 10 = 3.5
     assert eta == 3.5 and [t.traj_uid for t in ok] == ["t2", "t3"]
     assert partition([], None) == ([], [], 0.0)
+
+
+@pytest.mark.parametrize("returns, successes", [
+    ([10, 10, 10, 0], [True, True, True, False]),   # median 10: the paper's "> median" found no success at all
+    ([10, 0, 0, 0], [True, False, False, False]),   # median 0
+    ([10, 10, 0, 0], [True, True, False, False]),   # median 5
+    ([0, 5, 5, 5, 10], [False, True, True, True, True]),  # the ties at the median are above the lowest return
+    ([1.0, 2.0, 3.0], [False, True, True]),
+])
+def test_median_threshold_makes_the_winners_of_a_binary_batch_successes(traj, returns, successes):
+    mask, eta = success_mask(np.array(returns, dtype=float), None)
+    assert mask.tolist() == successes and eta == float(np.median(returns))
+    ts = [traj("u", f"t{i}", "task", [("o", "a")], float(r)) for i, r in enumerate(returns)]
+    ok, bad, _ = partition(ts, None)
+    assert [t.traj_uid for t in ok] == [f"t{i}" for i, s in enumerate(successes) if s]
+    assert len(ok) + len(bad) == len(returns)
+
+
+def test_equal_returns_tell_nothing_and_the_won_flag_decides():
+    for value in (10.0, 0.0):
+        mask, eta = success_mask(np.full(4, value), None, won=np.array([value > 0] * 4))
+        assert mask.tolist() == [value > 0] * 4 and eta == value
+    assert success_mask(np.full(3, 7.0), None)[0].tolist() == [False] * 3  # no won flags: no success
+    assert success_mask(np.zeros(0), None)[0].tolist() == []
+    # a fixed threshold ignores the flags and ties: success iff return > threshold
+    assert success_mask(np.array([0.5, 0.6, 10.0]), 0.5, won=np.array([True, False, False]))[0].tolist() == [
+        False, True, True]
+
+
+def naive_success(returns, won):
+    """The rule in words: above the median wins; at the median wins when something lies below; all equal: the
+    won flag."""
+    ordered = sorted(returns)
+    n = len(ordered)
+    median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    if min(returns) == max(returns):
+        return list(won)
+    return [r > median or (r == median and any(x < median for x in returns)) for r in returns]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 1.0, 5.0, 10.0]), min_size=1, max_size=12), st.data())
+def test_median_rule_matches_a_naive_reference_and_keeps_every_winner(returns, data):
+    won = data.draw(st.lists(st.booleans(), min_size=len(returns), max_size=len(returns)))
+    mask, _ = success_mask(np.array(returns), None, won=np.array(won))
+    assert mask.tolist() == naive_success(returns, won)
+    if min(returns) < max(returns):  # a batch with contrast: its best return is always golden material
+        assert all(m for m, r in zip(mask, returns) if r == max(returns))
+        assert not any(m for m, r in zip(mask, returns) if r == min(returns))
+
+
+def test_positive_ratio_is_the_share_of_successes_over_all_trajectories(traj):
+    ts = [traj("u", f"t{i}", "task", [("o", "a")], r) for i, r in enumerate([10.0, 10.0, 10.0, 0.0])]
+    ts.append(traj("u", "crashed", "task", [("o", "a")], 10.0, failure_reason="worker crashed"))
+    assert positive_ratio(ts, None) == pytest.approx(3 / 5)  # a faulted episode is never a success
+    assert positive_ratio(ts, 0.5) == pytest.approx(3 / 5)
+    assert positive_ratio(ts, 10.0) == 0.0 and positive_ratio([], None) == 0.0
 
 
 def test_select_top_successes_and_bottom_failures(traj):
@@ -53,6 +114,35 @@ def test_rule_extractor_every_level_of_both_zones(traj):
     assert got[(WARNING, "pattern")].text.startswith('Repeating "look" (3 times in 4 steps)')
     assert got[(WARNING, "diagnostic")].key == OBS[1] and got[(WARNING, "diagnostic")].cluster_ids == [1]
     assert all(c.score == 0.5 for c in out if c.zone == WARNING)  # threshold - return
+
+
+def test_rule_extractor_imperative_style_names_the_action_for_the_state(traj):
+    win = traj("u", "w", "reach the target.", [("Target: 2\nCurrent: 3", "-")], 1.0, clusters=[5])
+    loss = traj("u", "l", "reach the target.", [("Target: 2\nCurrent: 1", "-"), ("Target: 2\nCurrent: 0", "-"),
+                                                ("Target: 2\nCurrent: 0", "zz")], -3.0,
+                valid=[True, True, False])
+    imperative = {(c.zone, c.level): c for c in RuleExtractor("imperative").extract([win], [loss], 0.5)}
+    descriptive = {(c.zone, c.level): c for c in RuleExtractor("descriptive").extract([win], [loss], 0.5)}
+    assert imperative[(GOLDEN, "example")].text == 'At "Target: 2 Current: 3", answer with <action>-</action>.'
+    assert descriptive[(GOLDEN, "example")].text == 'At "Target: 2 Current: 3", the action "-" moved the task forward.'
+    assert imperative[(GOLDEN, "principle")].text == "For pick_and_place tasks, follow a plan of this shape: -."
+    assert imperative[(WARNING, "diagnostic")].text.startswith(
+        'At "Target: 2 Current: 0", do not answer with the action "zz": it ended a failed attempt')
+    assert imperative[(WARNING, "pattern")].text.startswith('Do not repeat "-": 2 times in 3 steps made no progress')
+    assert imperative[(WARNING, "mistake")].text.startswith("Answer with one admissible action in the required format")
+    # the wording changes, nothing else: same levels, scores, keys and clusters
+    for key, cand in descriptive.items():
+        other = imperative[key]
+        assert (other.score, other.key, other.cluster_ids, other.task) == (cand.score, cand.key, cand.cluster_ids,
+                                                                           cand.task)
+        assert other.text != cand.text
+    # an answer the response does not hold in a tagged block is quoted
+    untagged = traj("u", "w", "reach the target.", [("Target: 2\nCurrent: 3", "-")], 1.0)
+    untagged.steps[0].response_text = "-"
+    example = next(c for c in RuleExtractor("imperative").golden(untagged) if c.level == "example")
+    assert example.text == 'At "Target: 2 Current: 3", answer with the action "-".'
+    with pytest.raises(ValueError, match="lesson_style='loud' is not one of"):
+        RuleExtractor("loud")
 
 
 def test_dedupe_and_rate_limit_spread_over_levels():

@@ -16,8 +16,9 @@ def test_score_based_admission_into_a_full_level():
     lib = ExperienceLibrary(golden_capacity=2, warning_capacity=1, novelty_threshold=0.85)
     assert lib.admit(cand("open the fridge before taking the apple", 1.0), 0)[0] == "added"
     assert lib.admit(cand("heat the mug in the microwave then place it", 3.0), 0)[0] == "added"
-    # full: a lower or equal score is rejected, a higher one replaces the lowest (score 1.0)
-    assert lib.admit(cand("clean the plate at the sinkbasin first", 1.0), 1) == ("rejected", None)
+    # full: a lower score, or an equal one that is no newer, is rejected; a higher one replaces the lowest (1.0)
+    assert lib.admit(cand("clean the plate at the sinkbasin first", 0.5), 1) == ("rejected", None)
+    assert lib.admit(cand("clean the plate at the sinkbasin first", 1.0), 0) == ("rejected", None)
     outcome, new_id = lib.admit(cand("go to the desk and use the desklamp", 2.0), 1)
     assert outcome == "added"
     assert sorted(e.score for e in lib.level_entries(GOLDEN, "method")) == [2.0, 3.0]
@@ -25,6 +26,24 @@ def test_score_based_admission_into_a_full_level():
     assert lib.admit(cand("a principle", 0.1, level="principle"), 1)[0] == "added"
     assert lib.admit(cand("never repeat look", 5.0, zone=WARNING, level="pattern"), 1)[0] == "added"
     assert lib.admit(cand("avoid invalid actions", 4.0, zone=WARNING, level="pattern"), 1)[0] == "rejected"
+
+
+def test_a_full_level_of_equal_scores_admits_new_evidence_by_support_then_recency():
+    """Binary rewards: every golden entry scores 10. Comparing scores alone froze a full level for good."""
+    lib = ExperienceLibrary(golden_capacity=2, warning_capacity=1, novelty_threshold=0.85)
+    _, seen_often = lib.admit(cand("at target 3 from 2 answer plus", 10.0, support=36), 0)
+    _, seen_once = lib.admit(cand("open the fridge before taking the apple", 10.0), 0)
+    # same score and support, but newer evidence: it replaces the older single-support entry
+    outcome, newer = lib.admit(cand("a rare success: going left reached the goal", 10.0), 3)
+    assert outcome == "added" and seen_once not in lib.entries and seen_often in lib.entries
+    # same score, support and iteration as the lowest entry: nothing to prefer, the level stays as it is
+    assert lib.admit(cand("heat the mug in the microwave then place it", 10.0), 3) == ("rejected", None)
+    # more support ranks before recency
+    assert lib.admit(cand("take the mug to the coffeemachine", 10.0, support=2), 3)[0] == "added"
+    assert newer not in lib.entries
+    assert lib.admit(cand("clean the plate at the sinkbasin first", 10.0), 9) == ("rejected", None)
+    assert lib.admit(cand("clean the plate at the sinkbasin first", 10.0, support=2), 9)[0] == "added"
+    assert seen_often in lib.entries and len(lib) == 2
 
 
 def test_novelty_merge_keeps_max_score_and_adds_support():
@@ -97,6 +116,14 @@ def test_properties_capacity_and_monotone_merged_scores(stream, gcap, wcap):
         for i, s in before.items():  # no surviving entry's score ever drops
             if i in lib.entries:
                 assert lib.entries[i].score >= s
+        level_keys = [lib.entries[i].rank_key()[:3] for i in lib.levels[(c.zone, c.level)]]
+        new_key = (c.score, c.support, it)
         if outcome == "rejected" and lib.capacity[c.zone] > 0:
-            level = [lib.entries[i].score for i in lib.levels[(c.zone, c.level)]]
-            assert len(level) == lib.capacity[c.zone] and c.score <= min(level)
+            # rejected only by a full level none of whose entries ranks below the candidate
+            assert len(level_keys) == lib.capacity[c.zone] and new_key <= min(level_keys)
+        if outcome == "added":
+            # an entry it pushed out ranked below it: (score, support, recency)
+            gone = [before[i] for i in before if i not in lib.entries]
+            assert len(gone) <= 1
+            if gone:
+                assert c.score >= gone[0]

@@ -127,7 +127,8 @@ CHILD = textwrap.dedent("""
                enable_clustering=True, obs_similarity_threshold=0.85, max_clusters=1000, top_k_golden=2,
                top_k_warning=1, max_experience_length=800, experience_style="compact", library_save_freq=1,
                checkpoint_dir=folder, warmup_iterations=0, min_library_size=0, top_k_trajectories=5,
-               max_strategies_per_iter=10, max_warnings_per_iter=5, novelty_threshold=1.0, extractor="rule")
+               max_strategies_per_iter=10, max_warnings_per_iter=5, novelty_threshold=1.0, extractor="rule",
+               injection="system", lesson_style="descriptive")
     assert set(cfg) == set(CONFIG_KEYS)
     try:
         system = ExperienceSystem.from_checkpoint(folder, cfg)

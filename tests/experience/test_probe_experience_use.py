@@ -1,4 +1,5 @@
-"""scripts/probe_experience_use.py: the lesson it injects, and that the injected text reaches the model."""
+"""scripts/probe_experience_use.py: the lesson it injects, the settings it reads from a preset, and that every
+placement x wording reaches the model."""
 
 from __future__ import annotations
 
@@ -13,18 +14,33 @@ def probe_module(load_script):
 
 
 def test_the_lesson_is_the_rule_extractors_example_for_that_state_and_action(probe_module):
-    text = probe_module.rule_example("Target: 2\nCurrent: 1", "+")
-    assert text == 'At "Target: 2 Current: 1", the action "+" moved the task forward.'
+    assert probe_module.rule_example("Target: 2\nCurrent: 1", "+") == (
+        'At "Target: 2 Current: 1", the action "+" moved the task forward.')
+    assert probe_module.rule_example("Target: 2\nCurrent: 1", "+", "imperative") == (
+        'At "Target: 2 Current: 1", answer with <action>+</action>.')
 
 
-def test_tiny_model_probe_sees_every_state_once_and_the_system_message(probe_module):
-    result = probe_module.probe("smollm2-135m-instruct", "gym_cards/NumberLine-v0", target_max=2, states=48,
-                                prefix="<action>", tiny=True)
+def test_the_main_job_preset_gives_the_settings_it_trains_with(probe_module):
+    main_job = probe_module.settings_from_config("main_job", [])
+    assert (main_job.env_name, main_job.target_max, main_job.prefix) == ("gym_cards/NumberLine-v0", 3, "<action>")
+    assert (main_job.injection, main_job.lesson_style, main_job.max_tokens) == ("user_suffix", "imperative", 300)
+    base = probe_module.settings_from_config(None, ["algorithm.forge.injection=user_prefix"])
+    assert (base.injection, base.lesson_style, base.prefix) == ("user_prefix", "descriptive", "<action>")
+
+
+def test_tiny_model_probe_measures_every_placement_and_style(probe_module):
+    settings = probe_module.settings_from_config("main_job", ["env.gym_cards.target_max=2"])
+    result = probe_module.probe(settings, states=48, tiny=True)
     # positions 0..2 with start != target: at most 3 * 2 = 6 distinct states
     assert 1 <= result["states"] <= 6
-    p = result["p_expert"]
-    assert all(0.0 <= v <= 1.0 for v in p.values())
-    # a random model reacts to any change of its input: the injected lesson must have reached it, and the
-    # right and wrong lessons differ in one token
-    assert p["none"] != p["right"] and p["right"] != p["wrong"]
-    assert result["uses_library_gap"] == pytest.approx(p["right"] - p["wrong"])
+    assert {(r["injection"], r["lesson_style"]) for r in result["table"]} == {
+        (i, s) for i in ("system", "user_prefix", "user_suffix") for s in ("descriptive", "imperative")}
+    for row in result["table"]:
+        p = row["p_expert"]
+        assert all(0.0 <= v <= 1.0 for v in p.values())
+        # a random model reacts to any change of its input: the lesson reached it wherever it was placed, and
+        # the right and wrong lessons differ in the action they name
+        assert p["none"] != p["right"] and p["right"] != p["wrong"]
+        assert row["uses_library_gap"] == pytest.approx(p["right"] - p["wrong"])
+    own = next(r for r in result["table"] if (r["injection"], r["lesson_style"]) == ("user_suffix", "imperative"))
+    assert result["uses_library_gap"] == own["uses_library_gap"] and result["p_expert"] == own["p_expert"]

@@ -131,9 +131,10 @@ def tokenizer():
 
 @pytest.mark.parametrize("limit", [5, 12, 30, 400])
 @pytest.mark.parametrize("style", ["compact", "verbose"])
-def test_render_respects_the_token_cap(tokenizer, limit, style):
+@pytest.mark.parametrize("lesson_style", ["descriptive", "imperative"])
+def test_render_respects_the_token_cap(tokenizer, limit, style, lesson_style):
     entries = list(lib_with(*SPECS).all_entries())
-    renderer = ExperienceRenderer(limit, style, tokenizer)
+    renderer = ExperienceRenderer(limit, style, tokenizer, lesson_style)
     text, shown = renderer.render(entries)
     assert len(tokenizer.encode(text, add_special_tokens=False)) <= limit
     assert list(shown) == [e.entry_id for e in entries][: len(shown)]
@@ -143,8 +144,20 @@ def test_render_respects_the_token_cap(tokenizer, limit, style):
             assert e.text in text
         if style == "verbose":
             assert "[golden/method score=3.00 support=1]" in text
+        elif lesson_style == "descriptive":
+            assert "Worked: open the fridge first" in text and "Failed: do not look repeatedly" in text
         else:
-            assert "+ open the fridge first" in text and "! do not look repeatedly" in text
+            assert "Do: open the fridge first" in text and "Avoid: do not look repeatedly" in text
+
+
+@pytest.mark.parametrize("lesson_style", ["descriptive", "imperative"])
+def test_compact_marks_are_no_action_symbols(lesson_style):
+    """The compact marks once were "+" (golden) and "!" (warning): "+" is a NumberLine action, so every injected
+    message added that action to the prompt whatever its lessons said. Only the entries' own text may."""
+    entries = list(lib_with(*SPECS).all_entries())
+    text, _ = ExperienceRenderer(400, "compact", None, lesson_style).render(entries)
+    for symbol in ("+", "-", "!"):
+        assert symbol not in text
 
 
 def test_render_without_tokenizer_counts_words_and_empty_gives_nothing():
@@ -155,3 +168,5 @@ def test_render_without_tokenizer_counts_words_and_empty_gives_nothing():
     assert renderer.render([]) == ("", ())
     with pytest.raises(ValueError, match="experience_style"):
         ExperienceRenderer(10, "fancy")
+    with pytest.raises(ValueError, match="lesson_style='bossy' is not one of"):
+        ExperienceRenderer(10, "compact", lesson_style="bossy")

@@ -39,6 +39,23 @@ def test_from_config_accepts_the_typed_section_and_a_plain_mapping(cfg):
         ExperienceSystem.from_config({"top_k_golden": 2})
 
 
+def test_injection_and_lesson_style_reach_the_provider_the_extractor_and_snapshots(cfg, traj):
+    system = ExperienceSystem.from_config(cfg(injection="user_suffix", lesson_style="imperative", top_k_golden=3))
+    win = traj("u", "w", "reach the target.", [("Target: 2\nCurrent: 3", "-")], 1.0)
+    system.evolve([win], 0)
+    system.begin_iteration(1)
+    [found] = system.provide([StepQuery("Target: 2\nCurrent: 3", "reach the target.", None, "u", "t", 0)])
+    assert found.placement == "user_suffix"
+    assert found.text.startswith("Follow these lessons from past episodes:\nDo: ")
+    assert 'At "Target: 2 Current: 3", answer with <action>-</action>.' in found.text
+    worker = ExperienceSystem.from_snapshot(system.snapshot())
+    assert worker.provide([StepQuery("Target: 2\nCurrent: 3", "", None, "u", "t", 0)])[0].placement == "user_suffix"
+    # a library saved before these keys existed resumes with the placement and wording it was built with
+    old_config = {k: v for k, v in system.cfg.items() if k not in ("injection", "lesson_style")}
+    resumed = ExperienceSystem.from_config(old_config)
+    assert (resumed.injection, resumed.renderer.lesson_style) == ("system", "descriptive")
+
+
 def test_snapshot_is_plain_data_and_its_provider_agrees_with_the_driver(cfg, iterate):
     system = trained(cfg, iterate)
     snap = system.snapshot()

@@ -69,6 +69,8 @@ FAULTS = [
     ("env.seed=abc", ["env.seed", "'abc'"]),
     ("data.train_batch_size=0", ["data.train_batch_size", "0"]),
     ("algorithm.forge.distill_temperature=0", ["algorithm.forge.distill_temperature", "0"]),
+    ("algorithm.forge.injection=assistant", ["algorithm.forge.injection", "'assistant'", "user_suffix"]),
+    ("algorithm.forge.lesson_style=bossy", ["algorithm.forge.lesson_style", "'bossy'", "imperative"]),
 ]
 
 
@@ -101,5 +103,8 @@ def test_main_job_preset_is_valid_and_keeps_numberline_states_apart():
         return len(set(index.assign_batch(states, iteration=0)))
 
     assert clusters(preset.algorithm.forge) == 12  # one cluster per state: each lesson stays with its state
+    # what scripts/probe_experience_use.py shows SmolLM2-135M reads; the base config keeps the paper's placement
+    assert (preset.algorithm.forge.injection, preset.algorithm.forge.lesson_style) == ("user_suffix", "imperative")
+    assert (base.algorithm.forge.injection, base.algorithm.forge.lesson_style) == ("system", "descriptive")
     assert clusters(base.algorithm.forge) < 12  # the paper's 0.85 merges states one character apart
     assert preset.algorithm.forge.novelty_threshold == 1.0  # lessons merge only when identical

@@ -1,7 +1,11 @@
 """Library evolution, once per iteration from that iteration's trajectories.
 
-1. Partition by outcome: success iff return > eta, with eta = ``success_threshold`` (or the batch median when
-   it is None). Trajectories that ended by a fault (``failure_reason`` set) teach nothing and are skipped.
+1. Partition by outcome (:func:`success_mask`): with a fixed ``success_threshold`` eta, success iff return > eta.
+   With ``success_threshold: null``, eta is the batch median and success iff return > eta, or return == eta
+   and eta is above the batch's lowest return: under binary rewards the median is often a winning return
+   (returns [10, 10, 10, 0]: eta = 10), and the winners at the median are still the batch's successes. When
+   every return is equal the returns tell nothing, and the environment's won flag decides. Trajectories that
+   ended by a fault (``failure_reason`` set) teach nothing and are skipped.
 2. Select the top ``top_k_trajectories`` successes (highest return, then shortest) and the bottom
    ``top_k_trajectories`` failures (lowest return, then longest).
 3. Extract candidates (rule-based or LLM), merge exact duplicates (support adds up), then keep at most
@@ -29,6 +33,23 @@ class Extractor(Protocol):
     ) -> list[Candidate]: ...
 
 
+def success_mask(returns: np.ndarray, threshold: float | None, won: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """(which trajectories are successes, eta) for the (n,) episode returns, by the rule of the module docstring;
+    ``won`` (n,) bool is the environments' won flags, used only in median mode when all returns are equal
+    (without it such a batch has no successes)."""
+    returns = np.asarray(returns, dtype=np.float64)
+    if threshold is not None:
+        return returns > float(threshold), float(threshold)
+    if returns.size == 0:
+        return np.zeros(0, dtype=bool), 0.0
+    eta = float(np.median(returns))
+    lowest = float(returns.min())
+    if lowest == float(returns.max()):
+        flags = np.zeros(returns.size, dtype=bool) if won is None else np.asarray(won, dtype=bool)
+        return flags.copy(), eta
+    return (returns > eta) | ((returns == eta) & (eta > lowest)), eta
+
+
 def partition(
     trajectories: Sequence[TrajectoryRecord], threshold: float | None
 ) -> tuple[list[TrajectoryRecord], list[TrajectoryRecord], float]:
@@ -36,10 +57,17 @@ def partition(
     usable = [t for t in trajectories if t.failure_reason is None]
     if not usable:
         return [], [], float(threshold) if threshold is not None else 0.0
-    returns = np.array([t.episode_reward for t in usable], dtype=np.float64)
-    eta = float(np.median(returns)) if threshold is None else float(threshold)
-    success = returns > eta
+    success, eta = success_mask(np.array([t.episode_reward for t in usable], dtype=np.float64), threshold,
+                                np.array([t.success for t in usable], dtype=bool))
     return [t for t, s in zip(usable, success) if s], [t for t, s in zip(usable, success) if not s], eta
+
+
+def positive_ratio(trajectories: Sequence[TrajectoryRecord], threshold: float | None) -> float:
+    """``forge/positive_ratio``: the share of the batch's trajectories that evolution counts as successes
+    (:func:`partition` with the same threshold; a faulted trajectory is never one). 0 for an empty batch."""
+    if not trajectories:
+        return 0.0
+    return len(partition(trajectories, threshold)[0]) / len(trajectories)
 
 
 def select(

@@ -13,16 +13,23 @@ Warning zone (a failed trajectory, score = success threshold - R, so worse failu
 * pattern: the loop (the most repeated action, when one repeats), else the action the episode spent most on;
 * diagnostic: the dead end (the last action and the observation it was taken at).
 
+Two wordings (``lesson_style``): ``descriptive`` says what happened (``At "<obs>", the action "<a>" moved the
+task forward.``); ``imperative`` tells the agent what to do and names the action for the state it quotes, in
+the answer format the policy used (``At "<obs>", answer with <action><a></action>.``; warnings say what not to
+do). The facts are the same.
+
 Each candidate carries the task, task type, source observation and observation clusters it came from.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Sequence
 
 from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
 from recipe.forge.experience.library import GOLDEN, WARNING, Candidate
+from recipe.forge.experience.render import check_lesson_style
 
 MAX_PLAN_ACTIONS = 12
 MAX_QUOTE = 160
@@ -54,6 +61,17 @@ def _plan(steps: Sequence[StepRecord]) -> str:
     return "; ".join(actions)
 
 
+def answer_form(step: StepRecord) -> str:
+    """How the step answered its action: the tagged block that holds it in the response, as the environment
+    parses it (``<action>+</action>``), else the action in quotes. A small model copies an answer it is shown
+    in its own answer format far more readily than a quoted word (scripts/probe_experience_use.py)."""
+    action = " ".join(step.action.split())
+    found = re.search(r"<(\w+)>\s*" + re.escape(step.action.strip()) + r"\s*</\1>", step.response_text or "")
+    if found and action:
+        return f"<{found.group(1)}>{action}</{found.group(1)}>"
+    return f"the action \"{shorten(action, 80)}\""
+
+
 def _kind(traj: TrajectoryRecord) -> str:
     return f"{traj.task_type} tasks" if traj.task_type else "tasks like this"
 
@@ -65,9 +83,11 @@ def _candidate(traj: TrajectoryRecord, zone: str, level: str, text: str, score: 
 
 
 class RuleExtractor:
-    """``extract(successes, failures, threshold) -> list[Candidate]`` without any model."""
+    """``extract(successes, failures, threshold) -> list[Candidate]`` without any model, worded in
+    ``lesson_style`` (see the module docstring)."""
 
-    def __init__(self):
+    def __init__(self, lesson_style: str = "descriptive"):
+        self.imperative = check_lesson_style(lesson_style) == "imperative"
         self.stats = {"llm_calls": 0, "malformed": 0}
 
     def extract(
@@ -89,13 +109,19 @@ class RuleExtractor:
         rewards = [s.reward for s in traj.steps]
         best = max(range(len(rewards)), key=lambda i: (rewards[i], -i))
         decisive = traj.steps[best] if rewards[best] > min(rewards) else traj.steps[-1]
+        plan, state, action = " -> ".join(verbs), shorten(decisive.anchor_obs), shorten(decisive.action, 80)
+        if self.imperative:
+            texts = (f"For {_kind(traj)}, follow a plan of this shape: {plan}.",
+                     f"To {shorten(traj.task, 120)}, act: {_plan(traj.steps)} (solved in {len(traj.steps)} steps).",
+                     f"At \"{state}\", answer with {answer_form(decisive)}.")
+        else:
+            texts = (f"For {_kind(traj)}, a plan of this shape succeeded: {plan}.",
+                     f"To {shorten(traj.task, 120)}: {_plan(traj.steps)} (solved in {len(traj.steps)} steps).",
+                     f"At \"{state}\", the action \"{action}\" moved the task forward.")
         return [
-            _candidate(traj, GOLDEN, "principle", f"For {_kind(traj)}, a plan of this shape succeeded: "
-                       f"{' -> '.join(verbs)}.", score, first),
-            _candidate(traj, GOLDEN, "method", f"To {shorten(traj.task, 120)}: {_plan(traj.steps)} "
-                       f"(solved in {len(traj.steps)} steps).", score, first),
-            _candidate(traj, GOLDEN, "example", f"At \"{shorten(decisive.anchor_obs)}\", the action "
-                       f"\"{shorten(decisive.action, 80)}\" moved the task forward.", score, decisive),
+            _candidate(traj, GOLDEN, "principle", texts[0], score, first),
+            _candidate(traj, GOLDEN, "method", texts[1], score, first),
+            _candidate(traj, GOLDEN, "example", texts[2], score, decisive),
         ]
 
     def warning(self, traj: TrajectoryRecord, threshold: float) -> list[Candidate]:
@@ -104,28 +130,41 @@ class RuleExtractor:
         score = float(threshold - traj.episode_reward)
         steps = traj.steps
         invalid = [s for s in steps if not s.is_action_valid]
+        shape = " -> ".join(_verbs(steps))
         if invalid:
             sample = shorten(invalid[0].response_text or invalid[0].action, 80)
-            mistake = (f"{len(invalid)} of {len(steps)} actions were invalid (e.g. \"{sample}\"): answer with one "
-                       "admissible action in the required format.")
+            if self.imperative:
+                mistake = (f"Answer with one admissible action in the required format ({len(invalid)} of "
+                           f"{len(steps)} actions were invalid, e.g. \"{sample}\").")
+            else:
+                mistake = (f"{len(invalid)} of {len(steps)} actions were invalid (e.g. \"{sample}\"): answer with "
+                           "one admissible action in the required format.")
             mistake_step = invalid[0]
         else:
-            mistake = f"For {_kind(traj)}, this plan shape failed: {' -> '.join(_verbs(steps))}."
+            mistake = (f"For {_kind(traj)}, do not follow this failed plan shape: {shape}." if self.imperative
+                       else f"For {_kind(traj)}, this plan shape failed: {shape}.")
             mistake_step = steps[0]
         actions = [" ".join(s.action.split()) for s in steps if s.action.strip()]
         counts = Counter(actions)
         repeated, times = counts.most_common(1)[0] if counts else ("", 0)
         loop_step = next((s for s in steps if " ".join(s.action.split()) == repeated), steps[0])
         if times >= 2:
-            pattern = (f"Repeating \"{shorten(repeated, 80)}\" ({times} times in {len(steps)} steps) made no "
-                       "progress: after one try, choose a different action.")
+            quoted = shorten(repeated, 80)
+            pattern = (f"Do not repeat \"{quoted}\": {times} times in {len(steps)} steps made no progress; after "
+                       "one try, choose a different action." if self.imperative else
+                       f"Repeating \"{quoted}\" ({times} times in {len(steps)} steps) made no progress: after one "
+                       "try, choose a different action.")
         else:
             verb, n = Counter(a.split()[0].lower() for a in actions).most_common(1)[0] if actions else ("act", 0)
-            pattern = f"Spending {n} of {len(steps)} steps on \"{verb}\" actions did not reach the goal."
+            pattern = (f"Do not spend most steps on \"{verb}\" actions: {n} of {len(steps)} did not reach the goal."
+                       if self.imperative else
+                       f"Spending {n} of {len(steps)} steps on \"{verb}\" actions did not reach the goal.")
         last = steps[-1]
-        diagnostic = (f"Failed \"{shorten(traj.task, 100)}\" after {len(steps)} steps (return "
-                      f"{traj.episode_reward:g}): the last action \"{shorten(last.action, 80)}\" at "
-                      f"\"{shorten(last.anchor_obs)}\" led nowhere.")
+        task, action, state = shorten(traj.task, 100), shorten(last.action, 80), shorten(last.anchor_obs)
+        diagnostic = (f"At \"{state}\", do not answer with the action \"{action}\": it ended a failed attempt at "
+                      f"\"{task}\" ({len(steps)} steps, return {traj.episode_reward:g})." if self.imperative else
+                      f"Failed \"{task}\" after {len(steps)} steps (return {traj.episode_reward:g}): the last action "
+                      f"\"{action}\" at \"{state}\" led nowhere.")
         return [
             _candidate(traj, WARNING, "mistake", mistake, score, mistake_step),
             _candidate(traj, WARNING, "pattern", pattern, score, loop_step),

@@ -6,8 +6,10 @@ Rules (SLEA-RL paper):
   mistake/pattern/diagnostic;
 * novelty: a candidate whose similarity to an entry of the same zone and level reaches ``novelty_threshold``
   is merged into the most similar one (score becomes the max of both, support adds up, cluster links join);
-* admission: a novel candidate enters a full level only if its score beats the level's lowest entry, which it
-  replaces;
+* admission: a novel candidate enters a full level only if it ranks above the level's lowest entry, which it
+  replaces: a higher score, or an equal score with more support, or equal score and support (it is new
+  evidence, from this iteration) against an entry last updated in an earlier iteration. Under binary rewards
+  every golden entry has the same score, and comparing scores alone would freeze a full level for good;
 * pruning keeps each level within capacity, dropping the lowest by (score, support, last update); among full
   ties the newer entry goes.
 
@@ -84,6 +86,11 @@ class ExperienceEntry:
         return (self.score, self.support, self.updated_iter, -self.entry_id)
 
 
+def admission_key(candidate: Candidate, iteration: int) -> tuple:
+    """A candidate's (score, support, recency) at ``iteration``, comparable with ``ExperienceEntry.rank_key()[:3]``."""
+    return (float(candidate.score), int(candidate.support), int(iteration))
+
+
 class ExperienceLibrary:
     def __init__(
         self,
@@ -139,7 +146,7 @@ class ExperienceLibrary:
         level = self.levels[(candidate.zone, candidate.level)]
         if len(level) >= capacity:
             lowest = min((self.entries[i] for i in level), key=ExperienceEntry.rank_key)
-            if not candidate.score > lowest.score:
+            if not admission_key(candidate, iteration) > lowest.rank_key()[:3]:
                 return "rejected", None
             self.remove(lowest.entry_id)
         return "added", self._insert(candidate, iteration)

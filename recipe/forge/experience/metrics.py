@@ -8,7 +8,22 @@ from typing import Sequence
 
 import numpy as np
 
-from agent_system.multi_turn_rollout.protocols import StepRecord
+from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
+from recipe.forge.experience.evolution import positive_ratio
+
+
+def reward_metrics(trajectories: Sequence[TrajectoryRecord], success_threshold: float | None) -> dict[str, float]:
+    """The seed's ``forge/reward_mean`` and ``forge/reward_std`` over one return per episode, and
+    ``forge/positive_ratio``: the share of episodes above the success threshold (``algorithm.forge.
+    success_threshold``; null = the batch median, by evolution's rule). Empty for no episodes."""
+    if not trajectories:
+        return {}
+    returns = np.array([t.episode_reward for t in trajectories], dtype=np.float64)
+    return {
+        "forge/reward_mean": float(returns.mean()),
+        "forge/reward_std": float(returns.std()),
+        "forge/positive_ratio": positive_ratio(trajectories, success_threshold),
+    }
 
 
 def step_group_stats(records: Sequence[StepRecord]) -> dict[str, float]:

@@ -1,9 +1,17 @@
-"""Rendering retrieved entries into the system message, capped at ``max_tokens`` tokens.
+"""Rendering retrieved entries into the experience text, capped at ``max_tokens`` tokens.
 
-Styles:
+Styles (``experience_style``):
 
-* ``compact``: a header line, then one bullet per entry (``+`` golden, ``!`` warning);
+* ``compact``: a header line, then one line per entry, marked by its zone in words;
 * ``verbose``: a header, then per entry its zone, level, score and support, then the text.
+
+Lesson styles (``lesson_style``, shared with the rule extractor):
+
+* ``descriptive``: what happened (compact marks ``Worked:`` golden, ``Failed:`` warning);
+* ``imperative``: what to do (compact marks ``Do:`` golden, ``Avoid:`` warning, and an instruction header).
+
+The marks are words, never symbols: an environment's actions can be symbols (NumberLine answers ``+`` or
+``-``), and a mark that is an action would put that action into every prompt, whatever the lesson says.
 
 The token count is the policy tokenizer's (``len(tokenizer.encode(text, add_special_tokens=False))``); without
 a tokenizer, whitespace-separated words stand in for tokens. Entries are added best first while they fit; the
@@ -18,20 +26,36 @@ from typing import Any, Sequence
 from recipe.forge.experience.library import GOLDEN, ExperienceEntry
 
 STYLES = ("compact", "verbose")
+LESSON_STYLES = ("descriptive", "imperative")
 HEADER = {
-    "compact": "Lessons from past episodes (+ do, ! avoid):",
-    "verbose": "Experience library: strategies that worked (golden) and mistakes to avoid (warning).",
+    ("compact", "descriptive"): "Lessons from past episodes:",
+    ("compact", "imperative"): "Follow these lessons from past episodes:",
+    ("verbose", "descriptive"): "Experience library: strategies that worked (golden) and mistakes to avoid (warning).",
+    ("verbose", "imperative"): "Experience library: follow the strategies (golden), avoid the mistakes (warning).",
+}
+MARK = {  # (lesson style, zone is golden) -> compact mark
+    ("descriptive", True): "Worked:", ("descriptive", False): "Failed:",
+    ("imperative", True): "Do:", ("imperative", False): "Avoid:",
 }
 
 
+def check_lesson_style(style: str) -> str:
+    """``style`` if it is one of :data:`LESSON_STYLES`, else a ValueError naming the choices."""
+    if style not in LESSON_STYLES:
+        raise ValueError(f"lesson_style={style!r} is not one of {list(LESSON_STYLES)}")
+    return style
+
+
 class ExperienceRenderer:
-    def __init__(self, max_tokens: int, style: str = "compact", tokenizer: Any | None = None):
+    def __init__(self, max_tokens: int, style: str = "compact", tokenizer: Any | None = None,
+                 lesson_style: str = "descriptive"):
         if style not in STYLES:
             raise ValueError(f"experience_style={style!r} is not one of {list(STYLES)}")
         if max_tokens < 1:
             raise ValueError(f"max_experience_length={max_tokens} must be >= 1")
         self.max_tokens = int(max_tokens)
         self.style = style
+        self.lesson_style = check_lesson_style(lesson_style)
         self.tokenizer = tokenizer
 
     def count(self, text: str) -> int:
@@ -54,14 +78,14 @@ class ExperienceRenderer:
 
     def line(self, entry: ExperienceEntry) -> str:
         if self.style == "compact":
-            return f"{'+' if entry.zone == GOLDEN else '!'} {entry.text}"
+            return f"{MARK[(self.lesson_style, entry.zone == GOLDEN)]} {entry.text}"
         return f"[{entry.zone}/{entry.level} score={entry.score:.2f} support={entry.support}] {entry.text}"
 
     def render(self, entries: Sequence[ExperienceEntry]) -> tuple[str, tuple[int, ...]]:
-        """(system text, ids of the entries that made it in, fully or cut). Empty text for no entries."""
+        """(experience text, ids of the entries that made it in, fully or cut). Empty text for no entries."""
         if not entries:
             return "", ()
-        header = HEADER[self.style]
+        header = HEADER[(self.style, self.lesson_style)]
         if self.count(header) >= self.max_tokens:
             return self.truncate(header, self.max_tokens), ()
         lines = [header]

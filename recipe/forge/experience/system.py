@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from agent_system.multi_turn_rollout.injection import check_injection
 from agent_system.multi_turn_rollout.protocols import StepExperience, StepQuery, StepRecord, TrajectoryRecord
 from recipe.forge.experience.evolution import evolve_library
 from recipe.forge.experience.extract_llm import LLMExtractor
@@ -42,8 +43,10 @@ CONFIG_KEYS = (
     "success_threshold", "retrieval_mode", "enable_clustering", "obs_similarity_threshold", "max_clusters",
     "top_k_golden", "top_k_warning", "max_experience_length", "experience_style", "library_save_freq",
     "checkpoint_dir", "warmup_iterations", "min_library_size", "top_k_trajectories", "max_strategies_per_iter",
-    "max_warnings_per_iter", "novelty_threshold", "extractor",
+    "max_warnings_per_iter", "novelty_threshold", "extractor", "injection", "lesson_style",
 )
+# keys added after libraries were first saved: a saved config without them gets the value they had before
+DEFAULTS_OF_LATER_KEYS = {"injection": "system", "lesson_style": "descriptive"}
 
 
 OPTIONAL_KEYS = ("success_threshold", "checkpoint_dir")  # None: the batch median; no library file of its own
@@ -52,10 +55,11 @@ OPTIONAL_KEYS = ("success_threshold", "checkpoint_dir")  # None: the batch media
 def config_dict(cfg: Any) -> dict[str, Any]:
     """The experience keys of a ForgeConfig (or any mapping / object with those attributes)."""
     get = cfg.get if isinstance(cfg, dict) else (lambda k, d=None: getattr(cfg, k, d))
-    missing = [k for k in CONFIG_KEYS if get(k, None) is None and k not in OPTIONAL_KEYS]
+    values = {k: get(k, DEFAULTS_OF_LATER_KEYS.get(k)) for k in CONFIG_KEYS}
+    missing = [k for k, v in values.items() if v is None and k not in OPTIONAL_KEYS]
     if missing:
         raise ValueError(f"forge config lacks the experience keys {missing}")
-    return {k: get(k, None) for k in CONFIG_KEYS}
+    return values
 
 
 PROVISIONAL_BASE = 1 << 48  # cluster ids a snapshot worker founds locally start here
@@ -101,7 +105,9 @@ class ExperienceSystem:
         self.index = ObservationIndex(c["obs_similarity_threshold"], c["max_clusters"],
                                       exact=not c["enable_clustering"], lsh=lsh)
         self.index.on_evict.append(self.library.unlink_cluster)
-        self.renderer = ExperienceRenderer(c["max_experience_length"], c["experience_style"], tokenizer)
+        self.renderer = ExperienceRenderer(c["max_experience_length"], c["experience_style"], tokenizer,
+                                           c["lesson_style"])
+        self.injection = check_injection(c["injection"])
         self.retriever = Retriever(self.library, c["retrieval_mode"], c["top_k_golden"], c["top_k_warning"],
                                    c["obs_similarity_threshold"], self.embedder)
         if c["extractor"] == "llm" and not view:
@@ -109,7 +115,7 @@ class ExperienceSystem:
                 raise ValueError("algorithm.forge.extractor='llm' needs an llm callable (or OpenAICompatibleLLM)")
             self.extractor = LLMExtractor(llm)
         else:
-            self.extractor = RuleExtractor()
+            self.extractor = RuleExtractor(c["lesson_style"])
         self.view = view  # a snapshot-backed worker copy: provides, never evolves
         self.iteration = 0
         self.version = 0
@@ -139,7 +145,7 @@ class ExperienceSystem:
         cluster_ids = [self.index.assign(q.anchor_obs, self.iteration) for q in queries]
         self.stats.queries += len(queries)
         if not self.injecting:
-            return [StepExperience("", cid, ()) for cid in cluster_ids]
+            return [StepExperience("", cid, (), placement=self.injection) for cid in cluster_ids]
         out = []
         for query, cid in zip(queries, cluster_ids):
             found = self.retriever.retrieve(query.anchor_obs, query.task, cid)
@@ -147,7 +153,8 @@ class ExperienceSystem:
             self.stats.hits += bool(shown)
             self.stats.injected += len(shown)
             self.stats.fallbacks += found.fallback
-            out.append(StepExperience(text, cid, tuple(str(i) for i in shown), bool(found.fallback)))
+            out.append(StepExperience(text, cid, tuple(str(i) for i in shown), bool(found.fallback),
+                                      placement=self.injection))
         return out
 
     def absorb(self, records: Sequence[StepRecord]) -> None:

@@ -38,6 +38,7 @@ from recipe.forge.engines.local.timing import PhaseTimer, TimedProvider
 from recipe.forge.engines.local.tracking import MetricsTracker
 from recipe.forge.engines.local.update import DistillationInputs, LossSettings, PolicyUpdater, ValueModel
 from recipe.forge.engines.local.validation import evaluate_only, validation_metrics
+from recipe.forge.experience.metrics import reward_metrics
 
 STOP = ("</action>",)
 
@@ -206,21 +207,17 @@ class LocalTrainer:
         if self.experience is not None:
             with timer.phase("forge_evolution"):
                 metrics.update(self.experience.evolve(rollout.trajectories, iteration))
-        metrics.update(self._batch_metrics(batch, rollout, advantages, generated))
+        metrics.update(self._batch_metrics(batch, rollout, generated))
         if distill is not None:
             metrics["distill/weight"] = distill.weight
             metrics["distill/rows"] = float(len(distill.rows))
         metrics.update(timer.metrics())
         return metrics
 
-    def _batch_metrics(self, batch: StepBatch, rollout, advantages: torch.Tensor, generated: int) -> dict[str, float]:
+    def _batch_metrics(self, batch: StepBatch, rollout, generated: int) -> dict[str, float]:
         mask = batch.response_mask
-        rewards = np.array([t.episode_reward for t in rollout.trajectories], dtype=np.float64)
-        step_adv = advantages.sum(-1) / mask.sum(-1).clamp(min=1)
         return {
-            "forge/reward_mean": float(rewards.mean()),
-            "forge/reward_std": float(rewards.std()),
-            "forge/positive_ratio": float((step_adv > 0).float().mean()),
+            **reward_metrics(rollout.trajectories, self.algorithm.forge.success_threshold),
             "tokens/response_mean": float(mask.sum(-1).mean()),
             "tokens/prompt_mean": float(batch.packed.attention_mask[:, :batch.packed.prompt_length].sum(-1).float().mean()),
             "tokens/generated": float(generated),

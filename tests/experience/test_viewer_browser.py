@@ -1,0 +1,80 @@
+"""The library viewer's HTML export, opened in a real headless Chromium: the page renders what the library
+holds, its screenshot is not blank, and the browser reports no console message (the page has no script, so
+any message is a fault). Chromium comes from Debian's ``chromium`` package (``scripts/ensure_browser.sh``, run
+by ``make test``); where it cannot be installed the browser tests skip and say why."""
+
+from __future__ import annotations
+
+import html
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from recipe.forge.experience import ExperienceSystem
+from recipe.forge.experience.viewer import main as viewer_main
+
+pytestmark = pytest.mark.timeout(300)
+CONSOLE = re.compile(r":CONSOLE[:(]\d*\)?\]? (.*)")
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.skip("no Chromium on PATH: `bash scripts/ensure_browser.sh` installs Debian's chromium package "
+                "(needs root and apt-get)")
+
+
+def open_page(browser: str, page: Path, tmp_path: Path) -> tuple[str, Path, list[str]]:
+    """(the DOM after load, a 1200x900 screenshot, the console messages) of ``page`` in headless Chromium."""
+    common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-extensions",
+              f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
+              "--window-size=1200,900"]
+    url = page.resolve().as_uri()
+    dom = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    shot = tmp_path / "page.png"
+    snap = subprocess.run([*common, f"--screenshot={shot}", url], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0 and snap.returncode == 0, dom.stderr[-2000:] + snap.stderr[-2000:]
+    console = [m.group(1) for line in (dom.stderr + snap.stderr).splitlines() if (m := CONSOLE.search(line))]
+    return dom.stdout, shot, console
+
+
+def not_blank(png: Path) -> bool:
+    """More than one colour, and at least 0.5% of the pixels differ from the most common (background) one."""
+    pixels = np.asarray(Image.open(png).convert("RGB")).reshape(-1, 3)
+    colours, counts = np.unique(pixels, axis=0, return_counts=True)
+    return len(colours) > 1 and 1.0 - counts.max() / counts.sum() >= 0.005
+
+
+def test_the_checks_catch_console_errors_and_blank_pages(chromium, tmp_path):
+    """The two checks below can fail: a script error is reported, a blank page is recognised."""
+    faulty = tmp_path / "faulty.html"
+    faulty.write_text("<html><body><p>text</p><script>console.error('boom'); missingFunction();</script></body></html>")
+    _, shot, console = open_page(chromium, faulty, tmp_path)
+    assert any("boom" in m for m in console) and any("missingFunction" in m for m in console)
+    blank = tmp_path / "blank.html"
+    blank.write_text("<html><body></body></html>")
+    _, shot, console = open_page(chromium, blank, tmp_path)
+    assert console == [] and not not_blank(shot)
+
+
+def test_the_viewer_page_renders_in_a_real_browser(chromium, cfg, tmp_path, iterate):
+    system = ExperienceSystem.from_config(cfg(golden_capacity_per_level=5, warning_capacity_per_level=5))
+    for i in range(3):
+        iterate(system, i, seed=40 + i)
+    system.save(tmp_path / "ck")
+    page = tmp_path / "library.html"
+    assert viewer_main([str(tmp_path / "ck"), "--export-html", str(page)]) == 0
+    dom, shot, console = open_page(chromium, page, tmp_path)
+    assert console == [], console
+    assert "<table" in dom and "Experience library" in dom
+    for entry in system.library.all_entries():  # every entry's text is on the page, escaped as HTML
+        assert html.escape(entry.text, quote=False) in dom or html.escape(entry.text) in dom
+    assert not_blank(shot)
