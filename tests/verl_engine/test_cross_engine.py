@@ -1,6 +1,7 @@
 """One config, two engines: the first iteration's step samples and advantages agree.
 
-The same run config (NumberLine, 2 tasks x 2 copies, forge with the library injected), the same task seeds, the
+The same run config (NumberLine, 2 tasks x 2 copies, forge with the library injected after the observation, as
+the main job does), the same task seeds, the
 same tiny model and greedy decoding, from the same library version (evolved once beforehand, so that steps get
 experiences): the embedded engine's rollout (TrajectoryCollector + HFGenerator) and the distributed engine's
 (verl's AgentLoopManagerTQ running our ForgeAgentLoop, generating through the CPU backend's HF rollout server)
@@ -26,6 +27,7 @@ OVERRIDES = [
     "env.history_length=0", f"data.train_batch_size={len(SEEDS)}", "data.val_batch_size=1",
     "algorithm.adv_estimator=forge", "algorithm.gamma=0.9", "algorithm.forge.warmup_iterations=0",
     "algorithm.forge.min_library_size=0", "algorithm.forge.extractor=rule",
+    "algorithm.forge.injection=user_suffix", "algorithm.forge.lesson_style=imperative",  # the main job's choices
     "actor_rollout_ref.rollout.temperature=0", "actor_rollout_ref.rollout.response_length=12",
     "data.max_response_length=12", "data.max_prompt_length=1024", "actor_rollout_ref.rollout.prompt_length=1024",
     "actor_rollout_ref.rollout.agent.num_workers=1", "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",

@@ -9,7 +9,8 @@ import pytest
 from agent_system.config_checks import ConfigError
 from recipe.forge.engines.verl.agent_loop import build_messages
 from recipe.forge.engines.verl.episode import EpisodeView
-from recipe.forge.engines.verl.library_driver import LibraryDriver, reward_metrics, rows_to_trajectories
+from recipe.forge.engines.verl.library_driver import LibraryDriver, rows_to_trajectories
+from recipe.forge.experience.metrics import reward_metrics
 
 
 def make_rows():
@@ -37,7 +38,7 @@ def test_rows_regroup_into_ordered_trajectories():
     assert [s.done for s in won.steps] == [False, True]
     assert trajs["u-2"].steps[0].is_action_valid is False
     assert won.steps[0].messages == [{"role": "user", "content": "prompt room A"}]
-    m = reward_metrics(list(trajs.values()))
+    m = reward_metrics(list(trajs.values()), 0.5)
     assert m["forge/reward_mean"] == pytest.approx((9.9 - 0.2) / 2) and m["forge/positive_ratio"] == 0.5
 
 
@@ -80,12 +81,16 @@ def test_run_verl_rejects_a_bad_config_before_starting_anything(run_config_facto
     assert not (tmp_path / "forge_tasks").exists()
 
 
-def test_messages_put_experiences_in_the_system_turn_and_images_in_the_user_turn():
+def test_messages_place_experiences_as_configured_and_images_in_the_user_turn():
+    from agent_system.multi_turn_rollout.protocols import StepExperience
+
     view = EpisodeView(prompt="the room", anchor_obs="#", image=None, task="t", task_type=None)
-    assert build_messages("", view) == [{"role": "user", "content": "the room"}]
-    assert build_messages("tip", view)[0] == {"role": "system", "content": "tip"}
+    assert build_messages(StepExperience(), view) == [{"role": "user", "content": "the room"}]
+    assert build_messages(StepExperience("tip"), view)[0] == {"role": "system", "content": "tip"}
+    assert build_messages(StepExperience("tip", placement="user_suffix"), view) == [
+        {"role": "user", "content": "the room\n\ntip"}]
     image_view = EpisodeView(prompt="the room", anchor_obs="#", image=np.zeros((4, 4, 3), np.uint8), task="t", task_type=None)
-    user = build_messages("", image_view)[-1]["content"]
+    user = build_messages(StepExperience(), image_view)[-1]["content"]
     assert user[0]["type"] == "image" and user[0]["image"].size == (4, 4) and user[1] == {"type": "text", "text": "the room"}
 
 

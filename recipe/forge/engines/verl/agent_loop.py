@@ -24,6 +24,7 @@ from PIL import Image
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from agent_system.environments.config import env_config_from_mapping
+from agent_system.multi_turn_rollout.injection import experience_messages
 from agent_system.multi_turn_rollout.protocols import StepExperience, StepQuery
 from recipe.forge.engines.verl.episode import EpisodeSession, EpisodeView
 from recipe.forge.engines.verl.library_channel import NO_LIBRARY, WORKER_LIBRARY
@@ -42,17 +43,11 @@ def with_action_stop(sampling_params: dict[str, Any], backend: str) -> dict[str,
     return {**sampling_params, "stop": list(dict.fromkeys([*stop, *ACTION_STOP])), keep: True}
 
 
-def build_messages(experience_text: str, view: EpisodeView) -> list[dict[str, Any]]:
-    """``[system: experiences]`` (only when there are any) + ``[user: prompt]``, with the image in image mode."""
-    messages: list[dict[str, Any]] = []
-    if experience_text:
-        messages.append({"role": "system", "content": experience_text})
-    if view.image is not None:
-        content = [{"type": "image", "image": Image.fromarray(view.image)}, {"type": "text", "text": view.prompt}]
-        messages.append({"role": "user", "content": content})
-    else:
-        messages.append({"role": "user", "content": view.prompt})
-    return messages
+def build_messages(experience: StepExperience, view: EpisodeView) -> list[dict[str, Any]]:
+    """The step's messages by the shared rule (agent_system/multi_turn_rollout/injection.py), with the image as a
+    PIL image in image mode; no experience text gives the plain prompt."""
+    image = Image.fromarray(view.image) if view.image is not None else None
+    return experience_messages(experience.text, view.prompt, experience.placement, image)
 
 
 @register(AGENT_NAME)
@@ -90,7 +85,7 @@ class ForgeAgentLoop(AgentLoopBase):
         try:
             while not session.done and len(steps) < session.max_steps:
                 experience = self._retrieve(provider, view, uid, traj_uid, len(steps))
-                messages = build_messages(experience.text, view)
+                messages = build_messages(experience, view)
                 started = time.perf_counter()
                 generated = await self._generate(messages, sampling_params)
                 gen_seconds = time.perf_counter() - started
@@ -99,7 +94,7 @@ class ForgeAgentLoop(AgentLoopBase):
                 generated["student_prompt_ids"] = None
                 if self.distill and experience.text:
                     generated["student_prompt_ids"] = [
-                        *await self.ct_build_initial_tokens(build_messages("", view)), *self.prefix_ids
+                        *await self.ct_build_initial_tokens(build_messages(StepExperience(), view)), *self.prefix_ids
                     ]
                 started = time.perf_counter()
                 outcome, next_view = await session.step(generated["text"])
@@ -193,6 +188,7 @@ class ForgeAgentLoop(AgentLoopBase):
                 "task_type": view.task_type,
                 "experience_ids": list(experience.entry_ids),
                 "experience_text": experience.text,
+                "experience_placement": experience.placement,
                 "prompt_text": view.prompt,
                 "experience_fallback": bool(experience.fallback),
                 "student_prompt_ids": s["student_prompt_ids"],

@@ -11,12 +11,12 @@ import uuid
 from collections import defaultdict
 from typing import Any, Sequence
 
-import numpy as np
 import ray
 from omegaconf import OmegaConf
 
+from agent_system.multi_turn_rollout.injection import experience_messages
 from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
-from recipe.forge.experience.metrics import RetrievalStats
+from recipe.forge.experience.metrics import RetrievalStats, reward_metrics
 from recipe.forge.engines.verl.library_channel import get_or_create_broker
 
 
@@ -28,8 +28,9 @@ def rows_to_step_records(rows: Sequence[dict]) -> list[StepRecord]:
             traj_uid=str(r["traj_uid"]),
             step=int(r["step_index"]),
             anchor_obs=str(r["anchor_obs"]),
-            messages=_messages(r.get("experience_text", ""), r.get("prompt_text", "")),
-            plain_messages=_messages("", r.get("prompt_text", "")),
+            messages=experience_messages(r.get("experience_text", ""), r.get("prompt_text", ""),
+                                         r.get("experience_placement", "system")),
+            plain_messages=experience_messages("", r.get("prompt_text", "")),
             response_text=str(r.get("response_text", "")),
             action=str(r.get("action", "")),
             prompt_ids=[],
@@ -71,23 +72,6 @@ def rows_to_trajectories(rows: Sequence[dict]) -> list[TrajectoryRecord]:
             )
         )
     return trajectories
-
-
-def _messages(experience_text: str, prompt_text: str) -> list[dict]:
-    system = [{"role": "system", "content": experience_text}] if experience_text else []
-    return system + [{"role": "user", "content": prompt_text}]
-
-
-def reward_metrics(trajectories: Sequence[TrajectoryRecord]) -> dict[str, float]:
-    """forge/reward_mean, reward_std and positive_ratio over one value per episode."""
-    if not trajectories:
-        return {}
-    returns = np.array([t.episode_reward for t in trajectories], dtype=np.float64)
-    return {
-        "forge/reward_mean": float(returns.mean()),
-        "forge/reward_std": float(returns.std()),
-        "forge/positive_ratio": float((returns > 0).mean()),
-    }
 
 
 class RolloutServerLLM:
@@ -172,7 +156,7 @@ class LibraryDriver:
         """Evolve from this iteration's rows (the system saves itself every library_save_freq iterations);
         returns the forge/* metrics."""
         trajectories = rows_to_trajectories(rows)
-        metrics = reward_metrics(trajectories)
+        metrics = reward_metrics(trajectories, self.forge_cfg.get("success_threshold"))
         if self.enabled:
             # retrieval ran in the rollout workers: the provider counters come from the steps they produced
             self.system.stats = RetrievalStats.from_rows(
