@@ -200,15 +200,19 @@ def compose(command: Command):
 
 
 def check_verl_side(cfg) -> None:
-    """verl's own start-up checks on the config run_verl would hand it (without writing task files)."""
+    """verl's own start-up checks on the config run_verl would hand it (without writing task files); a script that
+    sets ``trainer.device=cpu`` is checked with the CPU backend's settings, any other as for a GPU cluster."""
     from omegaconf import OmegaConf, open_dict
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass
     from verl.utils.config import validate_config as verl_validate_config
 
     from recipe.forge.engines.verl.agent_loop import AGENT_NAME
+    from recipe.forge.engines.verl.cpu.settings import apply_cpu_settings
 
     cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    if str(cfg.trainer.get("device")) == "cpu":  # a script for verl's CPU backend: the settings run_verl applies
+        apply_cpu_settings(cfg)
     with open_dict(cfg):
         cfg.actor_rollout_ref.rollout.agent.default_agent_loop = AGENT_NAME
         cfg.actor_rollout_ref.rollout.n = int(cfg.env.rollout.n)

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = ("docs/coming_from_verl_agent.md", "docs/outputs.md")
@@ -68,6 +69,7 @@ def run_folder(tmp_path_factory):
     from agent_system.multi_turn_rollout.protocols import SamplingParams
     from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
     from agent_system.testing.policies import RandomGenerator
+    from recipe.forge.engines.local.checkpoint import save_checkpoint
     from recipe.forge.engines.local.tracking import MetricsTracker
     from recipe.forge.experience import ExperienceSystem
     from recipe.forge.main_forge import validate
@@ -88,7 +90,8 @@ def run_folder(tmp_path_factory):
     sizes = {zone: system.library.size(zone) for zone in ("golden", "warning")}
     assert all(sizes.values()), f"the viewer must have both zones to show, got {sizes}"
     run = base / RUN
-    system.save(run / "global_step_20" / "library")
+    for iteration in (10, 20):  # complete checkpoints (prompt-only layout: no policy), as resume_path requires
+        save_checkpoint(run, iteration, rng={"sampler": torch.Generator().manual_seed(0)}, experience=system)
     shutil.copy(ROOT / "docs/results/forge_metrics.jsonl", run / "metrics.jsonl")
     tracker = MetricsTracker(run / "_events", ["tensorboard"], "slea_rl", "forge_numberline")
     tracker.log(1, {"success_rate": 0.5})
@@ -113,9 +116,10 @@ def check_training_command(arguments: list[str]) -> None:
 
 
 @pytest.mark.parametrize("page, command", ALL, ids=[f"{Path(p).stem}:{c[:60]}" for p, c in ALL])
-def test_documented_command_works(page, command, run_folder, check_examples):
+def test_documented_command_works(page, command, run_folder, check_examples, monkeypatch):
     words = shlex.split(command)
     if words[0] == "slea-rl":
+        monkeypatch.chdir(run_folder)  # the run folder the commands name (runs/...) lives here
         check_training_command(words[1:])
     elif words[:2] == ["bash", words[1]] and words[1].startswith("examples/"):
         found = check_examples.extract_commands(ROOT / words[1])

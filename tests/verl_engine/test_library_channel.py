@@ -176,3 +176,22 @@ def test_a_replaced_broker_is_looked_up_again(snapshots):
 
     asyncio.run(main())
     assert len(lookups) == 3 and set(lookups) == {"forge-library_0"}
+
+
+def test_the_driver_broker_belongs_to_the_current_ray_cluster():
+    """A broker handle from an earlier ray.init in the same process points into a cluster that is gone; the
+    driver gets a live broker after a restart (the cross-engine test follows other Ray tests in one process)."""
+    import ray
+
+    from recipe.forge.engines.verl.library_channel import get_or_create_broker
+
+    for _ in range(2):
+        if ray.is_initialized():
+            ray.shutdown()
+        ray.init(num_cpus=1, include_dashboard=False)
+        try:
+            broker = get_or_create_broker()
+            assert get_or_create_broker() is broker
+            assert ray.get(broker.publish.remote("driver", 1, 0, {"x": 1})) == ("driver", 1, 0)
+        finally:
+            ray.shutdown()

@@ -53,16 +53,18 @@ class LibraryBroker:
         return self._tag, self._snapshot
 
 
-_DRIVER_BROKER: ray.actor.ActorHandle | None = None
+_DRIVER_BROKERS: dict[tuple[str, str], ray.actor.ActorHandle] = {}  # (Ray node, job) -> that job's broker
 
 
 def get_or_create_broker() -> ray.actor.ActorHandle:
-    """The job's broker (created by the driver; idempotent). The handle is kept for the life of the driver
-    process: a named actor dies with the last reference to it."""
-    global _DRIVER_BROKER
-    if _DRIVER_BROKER is None:
-        _DRIVER_BROKER = LibraryBroker.options(name=BROKER_NAME, get_if_exists=True, lifetime=None).remote()
-    return _DRIVER_BROKER
+    """The current Ray job's broker (created by the driver; idempotent). The handle is kept for the life of the
+    driver process, per job: a named actor dies with the last reference to it, and a handle from an earlier
+    ``ray.init`` in the same process (tests, notebooks) points into a cluster that is gone."""
+    context = ray.get_runtime_context()
+    job = (context.get_node_id(), context.get_job_id())  # a new local cluster restarts job ids, not node ids
+    if job not in _DRIVER_BROKERS:
+        _DRIVER_BROKERS[job] = LibraryBroker.options(name=BROKER_NAME, get_if_exists=True, lifetime=None).remote()
+    return _DRIVER_BROKERS[job]
 
 
 def find_broker() -> ray.actor.ActorHandle | None:
