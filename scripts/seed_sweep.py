@@ -3,7 +3,8 @@ the per-seed final figures.
 
 Every run is ``python -m recipe.forge.main_forge +experiment=main_job`` with the estimator, ``env.seed``, the
 iteration budget (validation once, after the last iteration, on ``--val-tasks`` held-out tasks x G copies) and
-its own run folder under ``--runs-dir``; ``--parallel`` runs go at a time, one thread each. Extra Hydra
+its own run folder under ``--runs-dir`` (with every training step in ``rollouts/<iteration>.jsonl``, for
+scripts/analyze_sweep.py); ``--parallel`` runs go at a time, one thread each. Extra Hydra
 overrides after ``--`` apply to every run (e.g. a model path). The output file holds, per estimator and seed::
 
     {"forge": {"0": {"val_success": 0.5, "val_success_no_library": 0.4375, "train_success_last": 0.25}, ...},
@@ -38,6 +39,7 @@ def run_overrides(estimator: str, seed: int, iterations: int, val_tasks: int, ru
         f"trainer.total_training_steps={iterations}", f"trainer.test_freq={iterations}",
         f"data.val_batch_size={val_tasks}", "trainer.save_freq=-1", "trainer.val_before_train=false",
         f"trainer.default_local_dir={run_dir}", f"algorithm.forge.checkpoint_dir={run_dir}/library",
+        f"trainer.rollout_data_dir={run_dir}/rollouts",
         f"trainer.experiment_name=seeds_{estimator}_{seed}", "trainer.local.num_threads=1",
         "trainer.local.progress=false", "trainer.logger=[jsonl]",
     ]
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs-dir", type=Path, default=REPO / "runs" / "seed_sweep")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "results" / "main_job_seeds.json")
     args = parser.parse_args(argv)
-    jobs = [(e, s) for e in args.estimators for s in args.seeds]
+    jobs = [(e, s) for s in args.seeds for e in args.estimators]  # a seed's estimators run side by side
     with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
         figures = list(pool.map(lambda job: run_one(*job, args, extra), jobs))
     results: dict[str, dict[str, dict]] = {}

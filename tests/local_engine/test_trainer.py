@@ -173,3 +173,32 @@ def test_lora_trains_adapters_only_and_the_reference_is_the_base_model(tmp_path,
     load_checkpoint(tmp_path / "global_step_1", policy=restored, optimizer=torch.optim.AdamW(
         restored.trainable_parameters()), rng={})
     assert torch.allclose(trainer.updater.log_probs(restored.model, batch.packed), tuned, atol=1e-6)
+
+
+def test_rollout_data_dir_holds_every_step_of_every_iteration(tmp_path, taught_policy, compose_cfg, run_overrides):
+    import json
+
+    from recipe.forge.experience.system import PROVISIONAL_BASE
+
+    dump = tmp_path / "rollouts"
+    cfg = compose_cfg(run_overrides(tmp_path / "run", iterations=2) + [f"trainer.rollout_data_dir={dump}"])
+    trainer = make_trainer(cfg, taught_policy)
+    history = trainer.fit()
+    assert sorted(p.name for p in dump.iterdir()) == ["1.jsonl", "2.jsonl"]
+    for row in history:
+        lines = [json.loads(line) for line in (dump / f"{row['iteration']}.jsonl").read_text().splitlines()]
+        assert len(lines) == row["num_steps"]  # one line per environment step
+        assert {line["step"] for line in lines} == {row["iteration"]}
+        episodes = {}
+        for line in lines:
+            episodes.setdefault(line["traj_uid"], []).append(line)
+            assert "<|im_start|>assistant" in line["input"] and line["observation"] in line["input"]
+            assert not line["valid"] or line["action"] in line["output"]
+            assert line["cluster_id"] is not None and line["cluster_id"] < PROVISIONAL_BASE  # the driver's ids
+        assert len(episodes) == row["num_trajectories"]
+        for steps in episodes.values():
+            assert [s["turn"] for s in steps] == list(range(len(steps)))
+            assert steps[-1]["done"] or len(steps) == 3  # max_steps=3 in the tiny run
+            assert sum(s["score"] for s in steps) == pytest.approx(steps[0]["episode_reward"])
+        assert np.mean([all(s["success"] for s in steps) for steps in episodes.values()]) == pytest.approx(
+            row["success_rate"])

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
 from recipe.forge.experience.evolution import positive_ratio
+from recipe.forge.experience.library import LEVELS, ExperienceEntry
 
 
 def reward_metrics(trajectories: Sequence[TrajectoryRecord], success_threshold: float | None) -> dict[str, float]:
@@ -50,6 +51,19 @@ def injection_stats(records: Sequence[StepRecord]) -> dict[str, float]:
     if counts.size == 0:
         return {"forge/retrieval_hit_rate": 0.0, "forge/experiences_per_step": 0.0}
     return {"forge/retrieval_hit_rate": float((counts > 0).mean()), "forge/experiences_per_step": float(counts.mean())}
+
+
+def injected_level_stats(records: Sequence[StepRecord], entries: Mapping[int, ExperienceEntry]) -> dict[str, float]:
+    """``forge/injected/<level>``: entries of each library level (principle, method, example, mistake, pattern,
+    diagnostic) injected per step, over all ``records``; ids no longer in ``entries`` (pruned since) count under
+    ``forge/injected/removed``. All zero for no steps."""
+    counts = Counter({level: 0 for zone in LEVELS.values() for level in zone} | {"removed": 0})
+    for record in records:
+        for raw in record.experience_ids:
+            entry = entries.get(int(raw))
+            counts["removed" if entry is None else entry.level] += 1
+    steps = max(len(records), 1)
+    return {f"forge/injected/{level}": count / steps for level, count in counts.items()}
 
 
 @dataclass

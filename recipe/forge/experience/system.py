@@ -32,7 +32,7 @@ from recipe.forge.experience.extract_llm import LLMExtractor
 from recipe.forge.experience.extract_rule import RuleExtractor
 from recipe.forge.experience.index import ObservationIndex
 from recipe.forge.experience.library import GOLDEN, WARNING, ExperienceLibrary
-from recipe.forge.experience.metrics import RetrievalStats, injection_stats, step_group_stats
+from recipe.forge.experience.metrics import RetrievalStats, injected_level_stats, injection_stats, step_group_stats
 from recipe.forge.experience.render import ExperienceRenderer
 from recipe.forge.experience.retrieval import Retriever, gates_open
 from recipe.forge.experience.similarity import LSHParams
@@ -182,6 +182,7 @@ class ExperienceSystem:
         c = self.cfg
         steps = [s for t in trajectories for s in t.steps]
         self.absorb(steps)
+        shown = injected_level_stats(steps, self.library.entries)
         result = evolve_library(
             self.library, self.extractor, trajectories, iteration,
             success_threshold=c["success_threshold"], top_k_trajectories=c["top_k_trajectories"],
@@ -200,6 +201,7 @@ class ExperienceSystem:
         }
         metrics.update(step_group_stats(steps))
         metrics.update(injection_stats(steps))
+        metrics.update(shown)
         metrics.update(self.metrics())
         if c["checkpoint_dir"] and (iteration + 1) % c["library_save_freq"] == 0:
             self.save(c["checkpoint_dir"])

@@ -81,6 +81,7 @@ class EngineSettings:
     resume_mode: str
     resume_from_path: str | None
     output_dir: str
+    rollout_data_dir: str | None  # training steps as JSONL per iteration (rollout_dump.py); None = off
     loggers: list[str]
     project_name: str
     experiment_name: str
@@ -198,6 +199,7 @@ def read_engine_settings(cfg: DictConfig) -> EngineSettings:
         resume_mode=_text(cfg, "trainer.resume_mode", "disable"),
         resume_from_path=_get(cfg, "trainer.resume_from_path", None),
         output_dir=_text(cfg, "trainer.default_local_dir", "checkpoints/slea_rl/run"),
+        rollout_data_dir=_get(cfg, "trainer.rollout_data_dir", None),
         loggers=loggers,
         project_name=str(_get(cfg, "trainer.project_name", "slea_rl")),
         experiment_name=str(_get(cfg, "trainer.experiment_name", "run")),

@@ -32,6 +32,7 @@ from recipe.forge.engines.local.batch import StepBatch, build_step_batch
 from recipe.forge.engines.local.checkpoint import checkpoint_to_resume, load_checkpoint, save_checkpoint
 from recipe.forge.engines.local.generation import HFGenerator
 from recipe.forge.engines.local.model_loading import Policy, PolicyConfig, build_policy
+from recipe.forge.engines.local.rollout_dump import dump_rollouts
 from recipe.forge.engines.local.sequences import pack
 from recipe.forge.engines.local.settings import EngineSettings, engine_settings, is_due
 from recipe.forge.engines.local.timing import PhaseTimer, TimedProvider
@@ -208,6 +209,8 @@ class LocalTrainer:
             with timer.phase("forge_evolution"):
                 metrics.update(self.experience.evolve(rollout.trajectories, iteration))
         metrics.update(self._batch_metrics(batch, rollout, generated))
+        if s.rollout_data_dir:  # after evolve: steps carry the driver's cluster ids
+            dump_rollouts(s.rollout_data_dir, rollout.trajectories, iteration + 1, self.tokenizer.decode)
         if distill is not None:
             metrics["distill/weight"] = distill.weight
             metrics["distill/rows"] = float(len(distill.rows))
