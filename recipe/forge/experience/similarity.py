@@ -24,17 +24,23 @@ can only find a shorter common subsequence, so ``sim >= difflib ratio``. It is t
    index rebuilt from a checkpoint answers exactly like the saved one;
 3. a length filter (``sim >= t`` needs ``t / (2 - t) <= |a| / |b| <= (2 - t) / t``), then the
    ``max_candidates`` candidates sharing the most bands with the query (near-duplicates share many);
-4. exact confirmation of those candidates with ``sim`` (rapidfuzz, C++).
+4. exact confirmation of those candidates with ``sim`` (rapidfuzz, C++);
+5. only when that finds nothing: a second pass over every string sharing a coarse band with the query (whole
+   buckets, no cap; a bucket larger than ``rescue_candidates`` is replaced by its fine bucket), within the
+   length bounds, the ``rescue_candidates`` sharing the most bands (ties: older first), confirmed exactly.
+   Near the threshold a true match shares few bands with the query and is outnumbered in its buckets by
+   strings of the same template, so steps 2-3 alone miss some; repeated observations, the common case, stop
+   at step 4.
 
-Step 2 and the two caps are approximate: a true match can be missed, never a false one reported (every result
-is confirmed exactly). ``scripts/bench_library.py`` reports the recall against an exact linear scan.
+Steps 2, 3 and 5 are approximate: a true match can be missed, never a false one reported (every result is
+confirmed exactly). ``scripts/bench_library.py`` reports the recall against an exact linear scan.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from itertools import islice
+from itertools import chain, islice
 from typing import Iterable
 
 import numpy as np
@@ -58,10 +64,11 @@ class LSHParams:
     """MinHash LSH shape. Defaults were chosen with ``scripts/bench_library.py`` on ALFWorld/WebShop-like text."""
 
     qgram: int = 3
-    bands: int = 20
-    rows: int = 5
+    bands: int = 24
+    rows: int = 4
     bucket_cap: int = 24
     max_candidates: int = 32
+    rescue_candidates: int = 1024  # the second pass's bound (step 5 of the module docstring); 0 = no second pass
     seed: int = 1234
 
 
@@ -247,6 +254,15 @@ class NearDuplicateIndex:
             hits = [(i, 1.0) for i in sorted(self._exact.get(text, ()))]
             return hits[:limit] if limit is not None else hits
         ids = list(dict.fromkeys(self.candidates(text, threshold)))
+        hits = self._confirm(text, ids, threshold)
+        if not hits and self.params.rescue_candidates > 0:
+            checked = set(ids)
+            hits = self._confirm(text, [i for i in self.wide_candidates(text, threshold) if i not in checked],
+                                 threshold)
+        return hits[:limit] if limit is not None else hits
+
+    def _confirm(self, text: str, ids: list[int], threshold: float) -> list[tuple[int, float]]:
+        """The ``ids`` with exact ``sim(text, stored) >= threshold``, best first (ties: smaller id)."""
         if not ids:
             return []
         cutoff = threshold * 100.0 - 1e-9
@@ -254,9 +270,34 @@ class NearDuplicateIndex:
             [text], [self._text[i] for i in ids], scorer=fuzz.ratio, dtype=np.float64, score_cutoff=cutoff
         )[0]
         keep = np.flatnonzero(scores >= cutoff)
-        ranked = sorted(((-float(scores[k]), ids[k]) for k in keep))
-        hits = [(i, -s / 100.0) for s, i in ranked]
-        return hits[:limit] if limit is not None else hits
+        return [(i, -s / 100.0) for s, i in sorted((-float(scores[k]), ids[k]) for k in keep)]
+
+    def wide_candidates(self, text: str, threshold: float = 0.0) -> list[int]:
+        """The second pass's candidates (step 5): ids sharing a coarse band with ``text``, read from whole buckets
+        (a bucket over ``rescue_candidates`` members gives way to its fine bucket, likewise bounded), within the
+        length bounds, the ``rescue_candidates`` sharing the most bands first (ties: smaller id)."""
+        if self.exact_only or not self._text:
+            return []
+        bands, bound = self.params.bands, self.params.rescue_candidates
+        coarse, fine = self._hasher.band_keys(text)
+        buckets = []
+        for b in range(bands):
+            bucket = self._tables[b].get(coarse[b])
+            if type(bucket) is list and len(bucket) > bound:
+                bucket = self._tables[bands + b].get(fine[b])
+            if bucket is None:
+                continue
+            buckets.append((bucket,) if type(bucket) is int else islice(reversed(bucket), bound))
+        members = np.fromiter(chain.from_iterable(buckets), dtype=np.int64)
+        if members.size == 0:
+            return []
+        ids, shared = np.unique(members, return_counts=True)
+        low, high = length_bounds(len(text), threshold)
+        lengths = np.fromiter(map(self._len.__getitem__, ids.tolist()), dtype=np.float64, count=ids.size)
+        inside = (lengths >= low) & (lengths <= high)
+        ids, shared = ids[inside], shared[inside]
+        order = np.argsort(-shared, kind="stable")[:bound]
+        return ids[order].tolist()
 
     def best(self, text: str, threshold: float) -> tuple[int, float] | None:
         """The most similar stored id with ``sim >= threshold`` (ties: the smaller id), or None."""

@@ -1,0 +1,146 @@
+"""What the policy tried and what the library showed it, per iteration, in a NumberLine seed sweep
+(scripts/seed_sweep.py writes every run's training steps to ``<run>/rollouts/<iteration>.jsonl``).
+
+NumberLine has two actions: ``+`` (right) and ``-`` (left). A state "needs ``-``" when its target lies left of the
+current position (``Target: t``, ``Current: c`` with t < c). Per estimator and iteration, averaged over seeds:
+
+* ``minus_tried``: share of the steps at states that need ``-`` whose action was ``-``;
+* ``minus_wins``: episodes won with at least one ``-`` step (summed over seeds);
+* for runs with a library (``--library-runs``, default the ``forge`` runs): among the steps at states that need
+  ``-``, the share shown a lesson naming ``<action>-</action>`` (``shown_minus``), one naming ``<action>+</action>``
+  (``shown_plus``), any lesson (``shown_any``), and the levels of what they were shown (entries per step, from
+  the run's saved library; ``unsaved`` = pruned before or created after its last save).
+
+Also, per run: the first iteration with a ``-`` win (null if none), and the final validation figures. Lessons
+are read from the prompt the policy was given (``input``), so what is counted is what reached the model: the
+task prompt itself never holds a tagged action (``<action>+</action>``), only a lesson does.
+
+    .venv/bin/python scripts/analyze_numberline_sweep.py --runs-dir runs/seed_sweep --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+STATE = re.compile(r"Target:\s*(\d+)\s*Current:\s*(\d+)")
+NAMES_MINUS = "<action>-</action>"
+NAMES_PLUS = "<action>+</action>"
+RUN_NAME = re.compile(r"^(?P<estimator>[a-z_]+)_seed(?P<seed>\d+)$")
+
+
+def needs_minus(observation: str) -> bool | None:
+    """True when the state's target lies left of the current position; None if it is no NumberLine state."""
+    match = STATE.search(observation)
+    return None if match is None else int(match.group(1)) < int(match.group(2))
+
+
+def read_iteration(path: Path) -> list[dict]:
+    return [json.loads(text) for text in path.read_text().splitlines() if text.strip()]
+
+
+def library_levels(run_dir: Path) -> dict[int, str]:
+    """Entry id -> level from the run's saved library (empty when the run has none)."""
+    path = run_dir / "library" / "experience_library.json"
+    if not path.exists():
+        return {}
+    payload = json.loads(path.read_text())
+    entries = payload.get("library", payload).get("entries", [])
+    return {int(e["entry_id"]): e["level"] for e in entries}
+
+
+def iteration_figures(lines: list[dict], levels: dict[int, str]) -> dict[str, float]:
+    minus_states = [line for line in lines if needs_minus(line["observation"])]
+    episodes: dict[str, list[dict]] = defaultdict(list)
+    for line in lines:
+        episodes[line["traj_uid"]].append(line)
+    wins_with_minus = sum(1 for steps in episodes.values() if steps[0]["success"] and any(s["action"] == "-" for s in steps))
+    out = {"minus_states": float(len(minus_states)), "minus_wins": float(wins_with_minus),
+           "minus_tried": _share(minus_states, lambda s: s["action"] == "-")}
+    if levels:
+        out["shown_minus"] = _share(minus_states, lambda s: NAMES_MINUS in s["input"])
+        out["shown_plus"] = _share(minus_states, lambda s: NAMES_PLUS in s["input"])
+        out["shown_any"] = _share(minus_states, lambda s: bool(s["experience_ids"]))
+        counts: dict[str, int] = defaultdict(int)
+        for step in minus_states:
+            for raw in step["experience_ids"]:
+                counts[levels.get(int(raw), "unsaved")] += 1
+        for level, count in counts.items():
+            out[f"level/{level}"] = count / max(len(minus_states), 1)
+    return out
+
+
+def _share(items: list[dict], predicate) -> float:
+    return sum(1 for item in items if predicate(item)) / len(items) if items else float("nan")
+
+
+def analyze_run(run_dir: Path, with_library: bool) -> dict:
+    levels = library_levels(run_dir) if with_library else {}
+    files = sorted((run_dir / "rollouts").glob("*.jsonl"), key=lambda p: int(p.stem))
+    if not files:
+        raise FileNotFoundError(f"{run_dir}/rollouts holds no <iteration>.jsonl (run the sweep with rollouts)")
+    per_iteration = {int(p.stem): iteration_figures(read_iteration(p), levels) for p in files}
+    first_win = next((i for i, f in sorted(per_iteration.items()) if f["minus_wins"] > 0), None)
+    return {"per_iteration": per_iteration, "first_minus_win": first_win}
+
+
+def analyze(runs_dir: Path, library_runs: set[str]) -> dict:
+    runs: dict[str, dict[str, dict]] = defaultdict(dict)
+    for run_dir in sorted(p for p in runs_dir.iterdir() if p.is_dir()):
+        match = RUN_NAME.match(run_dir.name)
+        if match is None or not (run_dir / "rollouts").is_dir():
+            continue
+        estimator = match.group("estimator")
+        runs[estimator][match.group("seed")] = analyze_run(run_dir, estimator in library_runs)
+    summary = {}
+    for estimator, seeds in runs.items():
+        iterations = sorted(set().union(*(r["per_iteration"] for r in seeds.values())))
+        keys = sorted(set().union(*(f.keys() for r in seeds.values() for f in r["per_iteration"].values())))
+        table = {}
+        for it in iterations:
+            table[it] = {}
+            for key in keys:
+                values = [r["per_iteration"][it][key] for r in seeds.values()
+                          if it in r["per_iteration"] and key in r["per_iteration"][it]]
+                values = [v for v in values if v == v]  # nan: no state needed "-" in that batch
+                if values:
+                    table[it][key] = sum(values) if key == "minus_wins" else statistics.fmean(values)
+        summary[estimator] = {"per_iteration_mean": table,
+                              "first_minus_win": {seed: r["first_minus_win"] for seed, r in seeds.items()}}
+    return summary
+
+
+def render(summary: dict) -> str:
+    out = []
+    for estimator, data in summary.items():
+        out.append(f"{estimator}: first iteration with a '-' win per seed: {data['first_minus_win']}")
+        rows = data["per_iteration_mean"]
+        keys = [k for k in ("minus_tried", "minus_wins", "shown_any", "shown_minus", "shown_plus")
+                if any(k in r for r in rows.values())]
+        out.append("  iteration | " + " | ".join(f"{k:>11}" for k in keys))
+        for it, row in rows.items():
+            out.append(f"  {it:>9} | " + " | ".join(f"{row.get(k, float('nan')):>11.3f}" for k in keys))
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs/seed_sweep"))
+    parser.add_argument("--library-runs", nargs="+", default=["forge"], help="estimators whose runs have a library")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    summary = analyze(args.runs_dir, set(args.library_runs))
+    print(render(summary))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(summary, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
