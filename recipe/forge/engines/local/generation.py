@@ -82,7 +82,7 @@ class HFGenerator:
 
         cache = DynamicCache()
         out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                         past_key_values=cache, use_cache=True)
+                         past_key_values=cache, use_cache=True, logits_to_keep=1)  # the LM head on the last column only
         logits = out.logits[:, -1, :]
         next_position = positions[:, -1] + 1
         alive = torch.arange(bs)  # original row of each row still in the cache

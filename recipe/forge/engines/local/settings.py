@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from agent_system.config_checks import ConfigError, check_choice, check_int, check_range
 
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
-COMPUTE_DTYPES = ("fp32", "bf16")
+COMPUTE_DTYPES = ("auto", "fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -25,7 +25,7 @@ class LocalSettings:
     """``trainer.local``: the embedded engine's own knobs."""
 
     device: str = "auto"  # auto = cuda when available, else cpu
-    compute_dtype: str = "fp32"  # fp32 | bf16 (autocast; the weights and optimizer state stay fp32)
+    compute_dtype: str = "fp32"  # fp32 | bf16 (autocast; weights and optimizer state stay fp32) | auto (bf16 if native)
     generation_batch_size: int = 64  # conversations decoded together
     recompute_old_log_probs: bool = False  # False: the rollout's log-probs are the PPO "old" log-probs
     num_threads: int = 0  # torch CPU threads; 0 = torch's default

@@ -58,6 +58,29 @@ def resolve_device(choice: str) -> torch.device:
     return torch.device("cpu")
 
 
+CPU_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU feature flags Linux reports (empty where /proc/cpuinfo is not readable)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    return frozenset(word for line in text.splitlines() if line.startswith("flags") for word in line.split()[2:])
+
+
+def resolve_compute_dtype(choice: str, device: torch.device, flags: frozenset[str] | None = None) -> str:
+    """``trainer.local.compute_dtype``: fp32 or bf16 as given; ``auto`` = bf16 where the device computes it
+    natively (a CUDA GPU with bf16, a CPU with AVX512-BF16 or AMX), else fp32: without native support a CPU
+    emulates bf16 matrix products several times slower than fp32 ones."""
+    if choice != "auto":
+        return choice
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if CPU_BF16_FLAGS & (cpu_flags() if flags is None else flags) else "fp32"
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -79,6 +102,9 @@ class LocalTrainer:
             torch.set_num_threads(s.local.num_threads)
         seed_everything(s.seed)
         self.device = resolve_device(s.local.device)
+        self.compute_dtype = resolve_compute_dtype(s.local.compute_dtype, self.device)
+        if s.local.compute_dtype == "auto":
+            print(f"trainer.local.compute_dtype=auto: {self.compute_dtype} on {self.device.type}", flush=True)
         self.output_dir = Path(s.output_dir)
 
         self.policy = components.policy or build_policy(PolicyConfig(
@@ -135,7 +161,7 @@ class LocalTrainer:
 
     # ------------------------------------------------------------------ helpers
     def autocast(self):
-        if self.settings.local.compute_dtype == "bf16":
+        if self.compute_dtype == "bf16":
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
