@@ -3,9 +3,14 @@
     python scripts/plot_training.py runs/slea_rl/forge_numberline/metrics.jsonl -o curve.png
     python scripts/plot_training.py SLEA-RL=runs/a/metrics.jsonl GRPO=runs/b/metrics.jsonl -o compare.png
 
+    python scripts/plot_training.py SLEA-RL=runs/s/forge_seed0/metrics.jsonl SLEA-RL=runs/s/forge_seed1/metrics.jsonl \
+        GRPO=runs/s/grpo_seed0/metrics.jsonl GRPO=runs/s/grpo_seed1/metrics.jsonl -o seeds.png
+
 Panels: success rate and episode reward vs iteration (training rollouts, validation points as markers),
-library size, valid-action ratio. ``--max-iteration`` cuts every run at the same budget. ``--summary`` also
-writes the plotted series as JSON.
+library size, valid-action ratio. Runs given the same label are seeds of one method: drawn as their mean with a
+band from the lowest to the highest seed (validation: mean with a min-max bar), over the iterations every seed
+reached. ``--max-iteration`` cuts every run at the same budget. ``--summary`` also writes the plotted series as
+JSON (per label and key, iteration -> value; for seeds the mean, and the band under ``<key>/min``, ``<key>/max``).
 """
 
 from __future__ import annotations
@@ -34,6 +39,22 @@ def load_run(path: str | Path, max_iteration: int | None = None) -> list[dict]:
 def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
     points = [(r["iteration"], r[key]) for r in rows if key in r]
     return [p[0] for p in points], [p[1] for p in points]
+
+
+def seed_band(runs_rows: list[list[dict]], key: str) -> tuple[list[int], list[float], list[float], list[float]]:
+    """(iterations every run has ``key`` at, mean, min, max over the runs at each)."""
+    per_run = [dict(zip(*series(rows, key))) for rows in runs_rows]
+    common = sorted(set.intersection(*(set(values) for values in per_run))) if per_run else []
+    columns = [[values[i] for values in per_run] for i in common]
+    return (common, [sum(c) / len(c) for c in columns], [min(c) for c in columns], [max(c) for c in columns])
+
+
+def group_by_label(runs: list[tuple[str, str]]) -> dict[str, list[str]]:
+    """Label -> its runs' paths, labels in first-seen order."""
+    groups: dict[str, list[str]] = {}
+    for label, path in runs:
+        groups.setdefault(label, []).append(path)
+    return groups
 
 
 def parse_run_args(items: list[str]) -> list[tuple[str, str]]:
@@ -67,22 +88,30 @@ def plot(runs: list[tuple[str, str]], output: str | Path, max_iteration: int | N
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     summary: dict = {}
     styles = ["-", "--", ":", "-."]  # overlapping runs stay distinguishable
-    for run_index, (label, path) in enumerate(runs):
-        rows = load_run(path, max_iteration)
+    for run_index, (label, paths) in enumerate(group_by_label(runs).items()):
+        runs_rows = [load_run(path, max_iteration) for path in paths]
         summary[label] = {}
         for ax, (key, val_key, name) in zip(axes.flat, PANELS):
-            x, y = series(rows, key)
+            x, mean, low, high = seed_band(runs_rows, key)
+            colour = None
             if x:
-                line, = ax.plot(x, smooth(y, window), styles[run_index % len(styles)], label=label, linewidth=2)
-                summary[label][key] = dict(zip(x, y))
+                shown = label if len(paths) == 1 else f"{label} (mean of {len(paths)}, min-max band)"
+                line, = ax.plot(x, smooth(mean, window), styles[run_index % len(styles)], label=shown, linewidth=2)
                 colour = line.get_color()
-            else:
-                colour = None
+                summary[label][key] = dict(zip(x, mean))
+                if len(paths) > 1:
+                    ax.fill_between(x, low, high, color=colour, alpha=0.2, linewidth=0)
+                    summary[label][f"{key}/min"], summary[label][f"{key}/max"] = dict(zip(x, low)), dict(zip(x, high))
             if val_key:
-                vx, vy = series(rows, val_key)
+                vx, vmean, vlow, vhigh = seed_band(runs_rows, val_key)
                 if vx:
-                    ax.plot(vx, vy, "o", color=colour, markersize=8, alpha=0.8, label=f"{label} (validation)")
-                    summary[label][val_key] = dict(zip(vx, vy))
+                    bars = [[m - lo for m, lo in zip(vmean, vlow)], [hi - m for m, hi in zip(vmean, vhigh)]]
+                    ax.errorbar(vx, vmean, yerr=bars if len(paths) > 1 else None, fmt="o", color=colour,
+                                markersize=8, alpha=0.8, capsize=4, label=f"{label} (validation)")
+                    summary[label][val_key] = dict(zip(vx, vmean))
+                    if len(paths) > 1:
+                        summary[label][f"{val_key}/min"] = dict(zip(vx, vlow))
+                        summary[label][f"{val_key}/max"] = dict(zip(vx, vhigh))
             ax.set_title(name)
             ax.set_xlabel("iteration")
     for ax in axes.flat:
