@@ -54,7 +54,8 @@ def library_levels(run_dir: Path) -> dict[int, str]:
     return {int(e["entry_id"]): e["level"] for e in entries}
 
 
-def iteration_figures(lines: list[dict], levels: dict[int, str]) -> dict[str, float]:
+def iteration_figures(lines: list[dict], levels: dict[int, str] | None) -> dict[str, float]:
+    """The figures of one iteration's steps; ``levels`` None for a run without a library."""
     minus_states = [line for line in lines if needs_minus(line["observation"])]
     episodes: dict[str, list[dict]] = defaultdict(list)
     for line in lines:
@@ -62,7 +63,7 @@ def iteration_figures(lines: list[dict], levels: dict[int, str]) -> dict[str, fl
     wins_with_minus = sum(1 for steps in episodes.values() if steps[0]["success"] and any(s["action"] == "-" for s in steps))
     out = {"minus_states": float(len(minus_states)), "minus_wins": float(wins_with_minus),
            "minus_tried": _share(minus_states, lambda s: s["action"] == "-")}
-    if levels:
+    if levels is not None:
         out["shown_minus"] = _share(minus_states, lambda s: NAMES_MINUS in s["input"])
         out["shown_plus"] = _share(minus_states, lambda s: NAMES_PLUS in s["input"])
         out["shown_any"] = _share(minus_states, lambda s: bool(s["experience_ids"]))
@@ -80,7 +81,7 @@ def _share(items: list[dict], predicate) -> float:
 
 
 def analyze_run(run_dir: Path, with_library: bool) -> dict:
-    levels = library_levels(run_dir) if with_library else {}
+    levels = library_levels(run_dir) if with_library else None
     files = sorted((run_dir / "rollouts").glob("*.jsonl"), key=lambda p: int(p.stem))
     if not files:
         raise FileNotFoundError(f"{run_dir}/rollouts holds no <iteration>.jsonl (run the sweep with rollouts)")

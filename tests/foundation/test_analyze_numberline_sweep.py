@@ -58,7 +58,10 @@ def test_counts_match_a_hand_count(analysis, tmp_path):
     assert forge["first_minus_win"] == {"0": 2}
     grpo = summary["grpo"]
     assert "shown_any" not in grpo["per_iteration_mean"][2]  # no library in a grpo run
-    assert math.isnan(analysis.iteration_figures([step("x", 0, 2, 0, "+", True)], {})["minus_tried"])
+    assert math.isnan(analysis.iteration_figures([step("x", 0, 2, 0, "+", True)], None)["minus_tried"])
+    # a library run whose library file was never saved still counts what its prompts showed
+    unsaved = analysis.iteration_figures([step("c", 0, 0, 2, "-", True, minus_lesson, ids=(7,))], {})
+    assert unsaved["shown_minus"] == 1.0 and unsaved["level/unsaved"] == 1.0
     assert "minus_states" in grpo["per_iteration_mean"][1] and "minus_tried" not in grpo["per_iteration_mean"][1]
     assert grpo["first_minus_win"] == {"0": 2}
     assert "first iteration with a '-' win" in analysis.render(summary)
