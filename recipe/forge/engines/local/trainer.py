@@ -195,12 +195,12 @@ class LocalTrainer:
         if self.experience is not None:
             self.experience.begin_iteration(iteration)
             provider = TimedProvider(self.experience.provider, timer, "forge_retrieval")
-        with timer.phase("rollout"):
+        with timer.phase("gen"):
             self.generator.tokens_generated = 0
             rollout = self.collector.collect(self.train_envs, self.generator, self.sampling(),
                                              experience_provider=provider)
             generated = self.generator.tokens_generated
-        timer.exclude("rollout", "forge_retrieval")
+        timer.exclude("gen", "forge_retrieval")
         with timer.phase("prepare"):
             batch = build_step_batch(rollout, self.tokenizer.pad_token_id, self.algorithm.gamma,
                                      self.algorithm.invalid_action_penalty_coef)
@@ -215,11 +215,11 @@ class LocalTrainer:
                 with self.policy.reference_context():
                     ref_log_probs = self.updater.log_probs(self.policy.reference_model(), batch.packed)
             values = self.updater.values(batch.packed) if self.critic is not None else None
-        with timer.phase("forge_advantage"):
+        with timer.phase("adv"):
             advantages, returns = compute_advantages(batch, self.algorithm, values=values,
                                                      sum_pi_squared=sum_pi_squared)
         distill = self._distillation_inputs(batch)
-        with timer.phase("update"):
+        with timer.phase("update_actor"):
             update_metrics = self.updater.update(batch, advantages, old_log_probs, ref_log_probs,
                                                  returns=returns, old_values=values, distill=distill)
         update_metrics.update(self._step_lr_schedulers())
@@ -321,7 +321,7 @@ class LocalTrainer:
             done = iteration + 1
             if is_due(done, s.test_freq, s.total_iterations):
                 metrics.update(self.validate())
-            metrics["timing/iteration_s"] = time.perf_counter() - started
+            metrics["timing_s/step"] = time.perf_counter() - started
             self.tracker.log(done, metrics)
             history.append({"iteration": done, **metrics})
             if is_due(done, s.save_freq, s.total_iterations):
