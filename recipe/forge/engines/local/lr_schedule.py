@@ -8,6 +8,7 @@ scheduler once per training iteration, after the actor update. The schedule func
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -37,6 +38,8 @@ def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim: Any, total_itera
                                                     zero_indexed_step=optim.zero_indexed_step)
     else:
         raise ValueError(f"lr_scheduler_type={kind!r} is not one of verl's: constant, cosine")
-    for _ in range(done):
-        scheduler.step()
+    with warnings.catch_warnings():  # fast-forwarding a resumed run's schedule: no optimizer step belongs here
+        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()` before")
+        for _ in range(done):
+            scheduler.step()
     return scheduler
