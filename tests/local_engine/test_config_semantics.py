@@ -79,3 +79,9 @@ def test_former_metric_names_are_read_as_current_ones(tmp_path):
     assert first["success_rate"] == 0.5  # a current name present wins over a former one (episode/success_rate)
     assert first["val/success_rate"] == 0.25 and "timing/rollout_s" not in first
     assert second == {"iteration": 4, "timing_s/gen": 1.0}
+
+
+def test_verl_refusing_the_actor_section_is_a_config_error_naming_it(compose_cfg, run_overrides, tmp_path):
+    cfg = compose_cfg(run_overrides(tmp_path) + ["actor_rollout_ref.actor.ppo_micro_batch_size=4"])  # both set
+    with pytest.raises(ConfigError, match="actor_rollout_ref.actor: verl refuses this section.*ppo_micro_batch_size"):
+        engine_settings(cfg)

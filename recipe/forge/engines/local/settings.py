@@ -219,9 +219,9 @@ def read_engine_settings(cfg: DictConfig) -> EngineSettings:
     check_engine_config(cfg)
     from verl.utils.config import omega_conf_to_dataclass
 
-    actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
-    critic_optim = omega_conf_to_dataclass(cfg.critic.optim)
-    filter_groups = omega_conf_to_dataclass(cfg.algorithm.filter_groups)
+    actor = _typed(cfg, ACTOR, omega_conf_to_dataclass)
+    critic_optim = _typed(cfg, "critic.optim", omega_conf_to_dataclass)
+    filter_groups = _typed(cfg, "algorithm.filter_groups", omega_conf_to_dataclass)
     return EngineSettings(
         actor=actor,
         critic_optim=critic_optim,
@@ -254,6 +254,17 @@ def read_engine_settings(cfg: DictConfig) -> EngineSettings:
         seed=_integer(cfg, "env.seed"),
         local=_local_section(cfg),
     )
+
+
+def _typed(cfg: DictConfig, key: str, convert) -> Any:
+    """verl's dataclass of the section at ``key``; its own checks (e.g. both micro-batch keys set) become a
+    ConfigError naming the section."""
+    try:
+        return convert(OmegaConf.select(cfg, key))
+    except ConfigError:
+        raise
+    except Exception as exc:  # verl raises ValueError / AssertionError / Hydra's InstantiationException
+        raise ConfigError(f"{key}: verl refuses this section: {exc}") from exc
 
 
 def _uses_critic(cfg: DictConfig) -> bool:
