@@ -83,5 +83,5 @@ def test_former_metric_names_are_read_as_current_ones(tmp_path):
 
 def test_verl_refusing_the_actor_section_is_a_config_error_naming_it(compose_cfg, run_overrides, tmp_path):
     cfg = compose_cfg(run_overrides(tmp_path) + ["actor_rollout_ref.actor.ppo_micro_batch_size=4"])  # both set
-    with pytest.raises(ConfigError, match="actor_rollout_ref.actor: verl refuses this section.*ppo_micro_batch_size"):
+    with pytest.raises(ConfigError, match="(?s)actor_rollout_ref.actor: verl refuses this section.*both .actor.ppo_micro_batch_size"):
         engine_settings(cfg)
