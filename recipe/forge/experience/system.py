@@ -27,7 +27,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 from agent_system.multi_turn_rollout.injection import check_injection
 from agent_system.multi_turn_rollout.protocols import StepExperience, StepQuery, StepRecord, TrajectoryRecord
-from recipe.forge.config_rules import ForgeValues, reject_unknown
 from recipe.forge.experience.evolution import evolve_library
 from recipe.forge.experience.extract_llm import LLMExtractor
 from recipe.forge.experience.extract_rule import RuleExtractor
@@ -39,11 +38,13 @@ from recipe.forge.experience.retrieval import Retriever, gates_open
 from recipe.forge.experience.similarity import LSHParams
 from recipe.forge.experience.store import TOTALS, CheckpointError, load_payload, save_payload
 
-def forge_values(cfg: ForgeValues | Mapping[str, Any]) -> ForgeValues:
+def forge_values(cfg: Any) -> Any:
     """The forge section a system runs with. A ForgeValues (the typed ``algorithm.forge``, verl's ForgeConfig, is
     one) is used as it is; a mapping (the config a library checkpoint or a snapshot carries) is read as one: keys
     it lacks take ForgeValues' defaults (a key added after a library was saved keeps the behaviour the library was
     built with), an unknown key is refused."""
+    from recipe.forge.config_rules import ForgeValues, reject_unknown  # config_rules imports this package
+
     if isinstance(cfg, ForgeValues):
         return cfg
     if not isinstance(cfg, Mapping):
@@ -52,8 +53,10 @@ def forge_values(cfg: ForgeValues | Mapping[str, Any]) -> ForgeValues:
     return ForgeValues(**{k: v for k, v in cfg.items() if k != "_target_"})
 
 
-def config_mapping(cfg: ForgeValues) -> dict[str, Any]:
+def config_mapping(cfg: Any) -> dict[str, Any]:
     """A ForgeValues as plain data, for checkpoints and snapshots (read back by :func:`forge_values`)."""
+    from recipe.forge.config_rules import ForgeValues
+
     return {f.name: getattr(cfg, f.name) for f in fields(ForgeValues)}
 
 
