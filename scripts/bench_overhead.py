@@ -44,8 +44,8 @@ def run(iterations: int, tasks: int, group: int, env_name: str, max_steps: int, 
     started = time.perf_counter()
     history = trainer.fit()
     wall = time.perf_counter() - started
-    keys = (*FORGE_PHASES, "rollout", "prepare", "update")
-    phases = {k: float(np.sum([h.get(f"timing/{k}_s", 0.0) for h in history])) for k in keys}
+    keys = (*FORGE_PHASES, "gen", "prepare", "update_actor")
+    phases = {k: float(np.sum([h.get(f"timing_s/{k}", 0.0) for h in history])) for k in keys}
     total = sum(phases.values())
     forge = sum(phases[k] for k in FORGE_PHASES)
     return {

@@ -87,12 +87,12 @@ if len(lines) < int(sys.argv[2]):
     sys.exit(f"gpu_smoke: expected {sys.argv[2]} iteration lines in {sys.argv[1]}, found {len(lines)}")
 for line in lines:
     m = dict(re.findall(r"([\w/@.-]+):([-+0-9.eE]+|nan|inf)", line))
-    rows = float(m.get("episode/num_steps", "nan"))
+    rows = float(m.get("num_steps", "nan"))
     tokens = float(m.get("response_length/mean", "nan")) * rows
     gen = float(m.get("timing_s/gen", "nan"))
     print(
         f"gpu_smoke iteration {m.get('step')}: {float(m.get('timing_s/step', 'nan')):.1f} s, "
         f"rollout {tokens / gen:.0f} tokens/s ({tokens:.0f} tokens in {gen:.1f} s over {rows:.0f} steps), "
-        f"success {float(m.get('episode/success_rate', 'nan')):.2f}, library {m.get('forge/library_total_size')}"
+        f"success {float(m.get('success_rate', 'nan')):.2f}, library {m.get('forge/library_total_size')}"
     )
 PY

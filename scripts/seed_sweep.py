@@ -48,7 +48,9 @@ def run_overrides(estimator: str, seed: int, iterations: int, val_tasks: int, ru
 def final_figures(metrics_file: Path) -> dict[str, float | None]:
     """val_success, val_success_no_library (None when the run has none) and train_success_last of one run's
     metrics.jsonl: the last validation and the last iteration's training success."""
-    rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+    from recipe.forge.engines.local.tracking import read_metrics  # former metric names read as current ones
+
+    rows = read_metrics(metrics_file)
     if not rows:
         raise ValueError(f"{metrics_file} holds no iteration")
     validated = [r for r in rows if "val/success_rate" in r]

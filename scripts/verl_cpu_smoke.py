@@ -81,8 +81,8 @@ def summarise(history: list[dict], estimator: str, wall_s: float) -> dict:
         "kl_loss": last.get("actor/kl_loss"),
         "distill_rows": last.get("forge/distill_rows"),
         "library_size": last.get("forge/library_total_size"),
-        "success_rate": [h.get("episode/success_rate") for h in history],
-        "valid_action_ratio": [h.get("episode/valid_action_ratio") for h in history],
+        "success_rate": [h.get("success_rate") for h in history],
+        "valid_action_ratio": [h.get("valid_action_ratio") for h in history],
         "seconds_per_iteration": [h.get("timing_s/step") for h in history],
         "wall_s": round(wall_s, 1),
     }

@@ -35,9 +35,9 @@ def validate(cfg: DictConfig):
     engine = cfg.get("trainer", {}).get("engine", "local")
     check_config_values(cfg)
     if engine == "local":
-        from recipe.forge.engines.local.settings import read_engine_settings
+        from recipe.forge.engines.local.settings import check_engine_config
 
-        read_engine_settings(cfg)
+        check_engine_config(cfg)
     elif engine == "api":
         from recipe.forge.engines.local.api_engine import api_settings
 

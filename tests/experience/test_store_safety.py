@@ -91,7 +91,7 @@ def test_deeply_nested_json_is_a_clean_error(cfg, tmp_path, iterate):
 
 def test_a_saved_config_that_cannot_build_a_system_is_a_checkpoint_error(cfg, tmp_path, iterate):
     _saved(cfg, iterate, tmp_path)
-    _rewrite(tmp_path, lambda p: p["config"].pop("top_k_golden"))
+    _rewrite(tmp_path, lambda p: p["config"].update(top_k_golden="two"))  # an absent key would take its default
     with pytest.raises(CheckpointError, match="the saved config cannot build an experience system"):
         ExperienceSystem.from_checkpoint(tmp_path)
 

@@ -28,15 +28,22 @@ def trained(cfg, iterate, **kw):
     return system
 
 
-def test_from_config_accepts_the_typed_section_and_a_plain_mapping(cfg):
+def test_from_config_keeps_the_typed_section_and_reads_a_plain_mapping_as_one(cfg):
     from dataclasses import asdict
+
+    from recipe.forge.config_rules import ForgeValues
 
     typed = cfg()
     a = ExperienceSystem.from_config(typed)
+    assert a.cfg is typed and isinstance(a.provider, ExperienceProvider)  # handed as it is, not flattened
     b = ExperienceSystem.from_config({k: v for k, v in asdict(typed).items() if not k.startswith("_")})
-    assert a.cfg == b.cfg and isinstance(a.provider, ExperienceProvider)
-    with pytest.raises(ValueError, match="lacks the experience keys"):
-        ExperienceSystem.from_config({"top_k_golden": 2})
+    assert isinstance(b.cfg, ForgeValues) and asdict(b.cfg) == {k: v for k, v in asdict(typed).items()
+                                                                if not k.startswith("_")}
+    assert ExperienceSystem.from_config({"top_k_golden": 3}).cfg == ForgeValues(top_k_golden=3)  # defaults fill
+    with pytest.raises(ValueError, match="unknown key algorithm.forge.top_k_golde"):
+        ExperienceSystem.from_config({"top_k_golde": 2})
+    with pytest.raises(ValueError, match="top_k_golden=-1"):
+        ExperienceSystem.from_config({"top_k_golden": -1})  # a saved config goes through the same checks
 
 
 def test_injection_and_lesson_style_reach_the_provider_the_extractor_and_snapshots(cfg, traj):
@@ -51,7 +58,7 @@ def test_injection_and_lesson_style_reach_the_provider_the_extractor_and_snapsho
     worker = ExperienceSystem.from_snapshot(system.snapshot())
     assert worker.provide([StepQuery("Target: 2\nCurrent: 3", "", None, "u", "t", 0)])[0].placement == "user_suffix"
     # a library saved before these keys existed resumes with the placement and wording it was built with
-    old_config = {k: v for k, v in system.cfg.items() if k not in ("injection", "lesson_style")}
+    old_config = {k: v for k, v in system.state()["config"].items() if k not in ("injection", "lesson_style")}
     resumed = ExperienceSystem.from_config(old_config)
     assert (resumed.injection, resumed.renderer.lesson_style) == ("system", "descriptive")
 

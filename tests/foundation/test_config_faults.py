@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from agent_system.config_checks import ConfigError
 from recipe.forge.config_rules import check_config_values
-from recipe.forge.engines.local.settings import read_engine_settings
+from recipe.forge.engines.local.settings import check_engine_config, read_engine_settings
 from recipe.forge.main_forge import verl_config_searchpath
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,7 +63,7 @@ def test_each_bad_value_is_named_before_anything_heavy(shipped, values, message)
     cfg = _with(shipped, values)
     with pytest.raises(ConfigError, match=message):
         check_config_values(cfg)
-        read_engine_settings(cfg)
+        check_engine_config(cfg)
 
 
 def test_a_resume_path_to_an_incomplete_checkpoint_is_refused(shipped, tmp_path):
@@ -71,7 +71,7 @@ def test_a_resume_path_to_an_incomplete_checkpoint_is_refused(shipped, tmp_path)
     cfg = _with(shipped, {"trainer.resume_mode": "resume_path",
                           "trainer.resume_from_path": str(tmp_path / "global_step_2")})
     with pytest.raises(ConfigError, match="is not a complete checkpoint"):
-        read_engine_settings(cfg)
+        check_engine_config(cfg)
 
 
 def test_the_shipped_values_pass_and_a_micro_batch_is_read_as_given(shipped):
@@ -86,9 +86,9 @@ PROBE = textwrap.dedent("""
     with initialize_config_dir(config_dir=sys.argv[1], version_base=None):
         cfg = compose("forge_trainer", overrides=[f"hydra.searchpath=[{verl_config_searchpath()}]"])
     from recipe.forge.config_rules import check_config_values
-    from recipe.forge.engines.local.settings import read_engine_settings
+    from recipe.forge.engines.local.settings import check_engine_config
     check_config_values(cfg)
-    read_engine_settings(cfg)
+    check_engine_config(cfg)
     heavy = sorted(m for m in ("torch", "verl", "transformers", "ray") if m in sys.modules)
     print("heavy:", heavy)
 """)

@@ -230,7 +230,7 @@ def test_trainer_iteration_hooks_evolve_publish_and_checkpoint_the_library(verl_
         m.setitem(cfg.trainer, "default_local_dir", str(tmp_path))
         metrics: dict = {}
         trainer.step(metrics, trainer.timing_raw)
-        assert 0.0 <= metrics["episode/success_rate"] <= 1.0 and metrics["episode/num_trajectories"] == TASKS * G
+        assert 0.0 <= metrics["success_rate"] <= 1.0 and metrics["num_trajectories"] == TASKS * G
         assert all(r["cluster_id"] >= 0 for r in trainer._iteration_rows)  # the driver's clusters
         trainer._save_checkpoint()
         trainer.on_step_end()

@@ -102,7 +102,7 @@ def test_rows_without_step_fields_are_named(batch):
 def test_episode_metrics_count_each_episode_once(batch):
     rows, *_ = batch
     m = step_batch.episode_metrics(step_batch.step_arrays(rows[:6]))
-    assert m["episode/success_rate"] == pytest.approx(1 / 3)
-    assert m["episode/return_mean"] == pytest.approx((9 + 0 + 1) / 3)
-    assert m["episode/length_mean"] == pytest.approx(2.0)
-    assert m["episode/valid_action_ratio"] == pytest.approx(5 / 6)
+    assert m["success_rate"] == pytest.approx(1 / 3)
+    assert m["episode_reward/mean"] == pytest.approx((9 + 0 + 1) / 3)
+    assert m["episode_length/mean"] == pytest.approx(2.0)
+    assert m["valid_action_ratio"] == pytest.approx(5 / 6)

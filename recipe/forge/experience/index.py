@@ -166,10 +166,12 @@ class ObservationIndex:
 
     @classmethod
     def from_state(cls, state: dict[str, Any], lsh: LSHParams | None = None,
-                   search_blob: list | None = None) -> "ObservationIndex":
+                   search_blob: list | None = None, max_clusters: int | None = None) -> "ObservationIndex":
         """The index saved by ``state_dict``. ``search_blob`` (from ``search_blob()`` of the saved index) is used
-        when it was built with the same LSH parameters and mode, else the search is rebuilt from the prototypes."""
-        index = cls(state["threshold"], state["max_clusters"], state["exact"], lsh)
+        when it was built with the same LSH parameters and mode, else the search is rebuilt from the prototypes.
+        ``max_clusters``, when given, replaces the saved cap (it applies from the next new cluster on)."""
+        cap = max_clusters if max_clusters is not None else state["max_clusters"]
+        index = cls(state["threshold"], cap, state["exact"], lsh)
         index.next_id = int(state["next_id"])
         index.evicted = int(state["evicted"])
         for raw in state["clusters"]:

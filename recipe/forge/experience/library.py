@@ -274,12 +274,18 @@ class ExperienceLibrary:
 
     @classmethod
     def from_state(
-        cls, state: dict[str, Any], embed: Embed | None = None, lsh: LSHParams | None = None
+        cls, state: dict[str, Any], embed: Embed | None = None, lsh: LSHParams | None = None,
+        capacity: tuple[int, int] | None = None, novelty_threshold: float | None = None,
     ) -> "ExperienceLibrary":
-        library = cls(state["golden_capacity"], state["warning_capacity"], state["novelty_threshold"], embed, lsh)
+        """The library saved by ``state_dict``; ``capacity`` (golden, warning) and ``novelty_threshold``, when
+        given, replace the saved ones (a smaller capacity drops the lowest-ranked entries of a full level)."""
+        golden, warning = capacity if capacity is not None else (state["golden_capacity"], state["warning_capacity"])
+        novelty = novelty_threshold if novelty_threshold is not None else state["novelty_threshold"]
+        library = cls(golden, warning, novelty, embed, lsh)
         library.next_id = int(state["next_id"])
         if embed is not None:  # one batched call fills the embedder's cache for the per-entry lookups below
             embed([raw["text"] for raw in state["entries"]])
         for raw in state["entries"]:
             library._store(ExperienceEntry(**{**raw, "cluster_ids": list(raw["cluster_ids"])}))
+        library.prune()
         return library

@@ -21,9 +21,9 @@ group). ``evolve`` (or ``absorb``) on the driver re-assigns such steps to the dr
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from agent_system.multi_turn_rollout.injection import check_injection
 from agent_system.multi_turn_rollout.protocols import StepExperience, StepQuery, StepRecord, TrajectoryRecord
@@ -38,28 +38,26 @@ from recipe.forge.experience.retrieval import Retriever, gates_open
 from recipe.forge.experience.similarity import LSHParams
 from recipe.forge.experience.store import TOTALS, CheckpointError, load_payload, save_payload
 
-CONFIG_KEYS = (
-    "golden_capacity_per_level", "warning_capacity_per_level", "use_embeddings", "embedding_model",
-    "success_threshold", "retrieval_mode", "enable_clustering", "obs_similarity_threshold", "max_clusters",
-    "top_k_golden", "top_k_warning", "max_experience_length", "experience_style", "library_save_freq",
-    "checkpoint_dir", "warmup_iterations", "min_library_size", "top_k_trajectories", "max_strategies_per_iter",
-    "max_warnings_per_iter", "novelty_threshold", "extractor", "injection", "lesson_style",
-)
-# keys added after libraries were first saved: a saved config without them gets the value they had before
-DEFAULTS_OF_LATER_KEYS = {"injection": "system", "lesson_style": "descriptive"}
+def forge_values(cfg: Any) -> Any:
+    """The forge section a system runs with. A ForgeValues (the typed ``algorithm.forge``, verl's ForgeConfig, is
+    one) is used as it is; a mapping (the config a library checkpoint or a snapshot carries) is read as one: keys
+    it lacks take ForgeValues' defaults (a key added after a library was saved keeps the behaviour the library was
+    built with), an unknown key is refused."""
+    from recipe.forge.config_rules import ForgeValues, reject_unknown  # config_rules imports this package
+
+    if isinstance(cfg, ForgeValues):
+        return cfg
+    if not isinstance(cfg, Mapping):
+        raise TypeError(f"a forge config is a ForgeValues (ForgeConfig) or a mapping, not {type(cfg).__name__}")
+    reject_unknown(cfg, ForgeValues, "algorithm.forge")
+    return ForgeValues(**{k: v for k, v in cfg.items() if k != "_target_"})
 
 
-OPTIONAL_KEYS = ("success_threshold", "checkpoint_dir")  # None: the batch median; no library file of its own
+def config_mapping(cfg: Any) -> dict[str, Any]:
+    """A ForgeValues as plain data, for checkpoints and snapshots (read back by :func:`forge_values`)."""
+    from recipe.forge.config_rules import ForgeValues
 
-
-def config_dict(cfg: Any) -> dict[str, Any]:
-    """The experience keys of a ForgeConfig (or any mapping / object with those attributes)."""
-    get = cfg.get if isinstance(cfg, dict) else (lambda k, d=None: getattr(cfg, k, d))
-    values = {k: get(k, DEFAULTS_OF_LATER_KEYS.get(k)) for k in CONFIG_KEYS}
-    missing = [k for k, v in values.items() if v is None and k not in OPTIONAL_KEYS]
-    if missing:
-        raise ValueError(f"forge config lacks the experience keys {missing}")
-    return values
+    return {f.name: getattr(cfg, f.name) for f in fields(ForgeValues)}
 
 
 PROVISIONAL_BASE = 1 << 48  # cluster ids a snapshot worker founds locally start here
@@ -92,30 +90,29 @@ class ExperienceSystem:
 
     def __init__(self, cfg: Any, tokenizer: Any | None = None, llm: Callable[[str], str] | None = None,
                  embedder: Callable | None = None, lsh: LSHParams | None = None, view: bool = False):
-        self.cfg = config_dict(cfg)
+        self.cfg = forge_values(cfg)
         c = self.cfg
-        if c["use_embeddings"] and embedder is None:
+        if c.use_embeddings and embedder is None:
             from recipe.forge.experience.embeddings import TextEmbedder
 
-            embedder = TextEmbedder(c["embedding_model"])
-        self.embedder = embedder if c["use_embeddings"] else None
+            embedder = TextEmbedder(c.embedding_model)
+        self.embedder = embedder if c.use_embeddings else None
         self.lsh = lsh
-        self.library = ExperienceLibrary(c["golden_capacity_per_level"], c["warning_capacity_per_level"],
-                                         c["novelty_threshold"], self.embedder, lsh)
-        self.index = ObservationIndex(c["obs_similarity_threshold"], c["max_clusters"],
-                                      exact=not c["enable_clustering"], lsh=lsh)
+        self.library = ExperienceLibrary(c.golden_capacity_per_level, c.warning_capacity_per_level,
+                                         c.novelty_threshold, self.embedder, lsh)
+        self.index = ObservationIndex(c.obs_similarity_threshold, c.max_clusters, exact=not c.enable_clustering,
+                                      lsh=lsh)
         self.index.on_evict.append(self.library.unlink_cluster)
-        self.renderer = ExperienceRenderer(c["max_experience_length"], c["experience_style"], tokenizer,
-                                           c["lesson_style"])
-        self.injection = check_injection(c["injection"])
-        self.retriever = Retriever(self.library, c["retrieval_mode"], c["top_k_golden"], c["top_k_warning"],
-                                   c["obs_similarity_threshold"], self.embedder)
-        if c["extractor"] == "llm" and not view:
+        self.renderer = ExperienceRenderer(c.max_experience_length, c.experience_style, tokenizer, c.lesson_style)
+        self.injection = check_injection(c.injection)
+        self.retriever = Retriever(self.library, c.retrieval_mode, c.top_k_golden, c.top_k_warning,
+                                   c.obs_similarity_threshold, self.embedder)
+        if c.extractor == "llm" and not view:
             if llm is None:
                 raise ValueError("algorithm.forge.extractor='llm' needs an llm callable (or OpenAICompatibleLLM)")
             self.extractor = LLMExtractor(llm)
         else:
-            self.extractor = RuleExtractor(c["lesson_style"])
+            self.extractor = RuleExtractor(c.lesson_style)
         self.view = view  # a snapshot-backed worker copy: provides, never evolves
         self.iteration = 0
         self.version = 0
@@ -126,15 +123,15 @@ class ExperienceSystem:
     @classmethod
     def from_config(cls, forge_cfg: Any, tokenizer: Any | None = None, llm: Callable[[str], str] | None = None,
                     **kwargs) -> "ExperienceSystem":
-        """Build everything from a ForgeConfig (or a mapping with its experience keys)."""
+        """Build everything from the typed ``algorithm.forge`` section (a ForgeConfig, handed as it is) or a
+        mapping of its keys (:func:`forge_values`)."""
         return cls(forge_cfg, tokenizer=tokenizer, llm=llm, **kwargs)
 
     # per step ------------------------------------------------------------------------------------------------
 
     @property
     def injecting(self) -> bool:
-        return gates_open(self.iteration, len(self.library), self.cfg["warmup_iterations"],
-                          self.cfg["min_library_size"])
+        return gates_open(self.iteration, len(self.library), self.cfg.warmup_iterations, self.cfg.min_library_size)
 
     def begin_iteration(self, iteration: int) -> None:
         self.iteration = int(iteration)
@@ -185,8 +182,8 @@ class ExperienceSystem:
         shown = injected_level_stats(steps, self.library.entries)
         result = evolve_library(
             self.library, self.extractor, trajectories, iteration,
-            success_threshold=c["success_threshold"], top_k_trajectories=c["top_k_trajectories"],
-            max_strategies=c["max_strategies_per_iter"], max_warnings=c["max_warnings_per_iter"],
+            success_threshold=c.success_threshold, top_k_trajectories=c.top_k_trajectories,
+            max_strategies=c.max_strategies_per_iter, max_warnings=c.max_warnings_per_iter,
         )
         self.version += 1
         for key in self.totals:
@@ -203,8 +200,8 @@ class ExperienceSystem:
         metrics.update(injection_stats(steps))
         metrics.update(shown)
         metrics.update(self.metrics())
-        if c["checkpoint_dir"] and (iteration + 1) % c["library_save_freq"] == 0:
-            self.save(c["checkpoint_dir"])
+        if c.checkpoint_dir and (iteration + 1) % c.library_save_freq == 0:
+            self.save(c.checkpoint_dir)
         return metrics
 
     def metrics(self) -> dict[str, float]:
@@ -232,7 +229,7 @@ class ExperienceSystem:
             "index": self.index.state_dict(),
             "counters": {"totals": dict(self.totals), "extractor": dict(self.extractor.stats),
                          "retrieval": asdict(self.stats)},
-            "config": dict(self.cfg),
+            "config": config_mapping(self.cfg),
         }
 
     def save(self, directory: str | Path) -> Path:
@@ -241,26 +238,23 @@ class ExperienceSystem:
     def _restore(self, payload: dict[str, Any], index_search: list | None = None) -> None:
         """Replace library, index and counters with a validated payload's; everything is built and checked
         before anything is replaced, so a payload that fails leaves this system as it was."""
-        saved = payload["index"]
-        if bool(saved["exact"]) != (not self.cfg["enable_clustering"]) or (
-            not saved["exact"] and saved["threshold"] != self.cfg["obs_similarity_threshold"]
+        saved, c = payload["index"], self.cfg
+        if bool(saved["exact"]) != (not c.enable_clustering) or (
+            not saved["exact"] and saved["threshold"] != c.obs_similarity_threshold
         ):
             raise CheckpointError(
                 f"the checkpoint's clusters were built with enable_clustering={not saved['exact']}, "
                 f"obs_similarity_threshold={saved['threshold']}; the config says "
-                f"enable_clustering={self.cfg['enable_clustering']}, "
-                f"obs_similarity_threshold={self.cfg['obs_similarity_threshold']}"
+                f"enable_clustering={c.enable_clustering}, obs_similarity_threshold={c.obs_similarity_threshold}"
             )
         counters = payload["counters"]  # names and values checked by validate_payload
         totals, extractor = counters.get("totals", {}), counters.get("extractor", {})
         stats = RetrievalStats(**{k: int(v) for k, v in counters.get("retrieval", {}).items()})
-        library = ExperienceLibrary.from_state(payload["library"], self.embedder, self.lsh)
-        library.capacity = {GOLDEN: self.cfg["golden_capacity_per_level"],
-                            WARNING: self.cfg["warning_capacity_per_level"]}
-        library.novelty_threshold = float(self.cfg["novelty_threshold"])
-        library.prune()  # a smaller configured capacity than the saved one applies on resume
-        index = ObservationIndex.from_state(payload["index"], self.lsh, index_search)
-        index.max_clusters = self.cfg["max_clusters"]
+        # the configured capacities, novelty threshold and cluster cap apply over the saved ones
+        library = ExperienceLibrary.from_state(payload["library"], self.embedder, self.lsh,
+                                               capacity=(c.golden_capacity_per_level, c.warning_capacity_per_level),
+                                               novelty_threshold=c.novelty_threshold)
+        index = ObservationIndex.from_state(payload["index"], self.lsh, index_search, max_clusters=c.max_clusters)
         index.on_evict.append(library.unlink_cluster)
 
         self.library, self.index, self.retriever.library = library, index, library

@@ -180,7 +180,7 @@ class PromptOnlyRunner:
             done = iteration + 1
             if is_due(done, s.test_freq, s.total_iterations):
                 metrics.update(self.validate())
-            metrics["timing/iteration_s"] = time.perf_counter() - started
+            metrics["timing_s/step"] = time.perf_counter() - started
             metrics["api/requests"] = float(self.generator.requests)
             tracker.log(done, metrics)
             history.append({"iteration": done, **metrics})

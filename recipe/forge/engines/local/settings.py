@@ -14,6 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from agent_system.config_checks import ConfigError, check_choice, check_int, check_range
+from recipe.forge.run_length import total_iterations
 
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 COMPUTE_DTYPES = ("auto", "fp32", "bf16")
@@ -41,38 +42,28 @@ class LocalSettings:
 
 @dataclass
 class EngineSettings:
-    """The flat view of the run config the embedded trainer uses."""
+    """What the embedded trainer reads from a run config. ``actor`` and ``critic_optim`` are verl's own typed
+    configs (built by ``omega_conf_to_dataclass`` from the composed config, so verl's defaults apply as they are);
+    ``filter_groups`` is the typed ``algorithm.filter_groups`` (verl's FilterGroupsConfig). The other fields come
+    from sections verl has no dataclass this engine can build (rollout, model, trainer) and are read without
+    defaults of their own: the composed config holds verl's."""
 
+    actor: Any  # verl.workers.config.FSDPActorConfig (optim: FSDPOptimizerConfig, policy_loss: PolicyLossConfig)
+    critic_optim: Any  # verl.workers.config.FSDPOptimizerConfig of critic.optim
+    filter_groups: Any  # verl.trainer.config.FilterGroupsConfig
+    group_size: int  # env.rollout.n: verl's rollout.n on the verl engine
     model_path: str
     lora_rank: int
     lora_alpha: float
     target_modules: Any
     gradient_checkpointing: bool
-    lr: float
-    weight_decay: float
-    betas: tuple[float, float]
-    grad_clip: float
-    lr_warmup_steps: int
-    mini_batch_size: int
-    micro_batch_size: int
-    ppo_epochs: int
-    shuffle: bool
-    loss_mode: str
-    loss_agg_mode: str
-    entropy_coeff: float
-    use_kl_loss: bool
-    kl_loss_coef: float
-    kl_loss_type: str
     temperature: float
     top_p: float
     top_k: int
     max_new_tokens: int
     val_temperature: float
     use_critic: bool
-    critic_lr: float
     cliprange_value: float
-    filter_groups: bool
-    max_num_gen_batches: int
     total_iterations: int
     save_freq: int
     test_freq: int
@@ -88,6 +79,20 @@ class EngineSettings:
     seed: int
     local: LocalSettings = field(default_factory=LocalSettings)
 
+    @property
+    def mini_batch_rows(self) -> int:
+        """Step samples per optimizer step: ``ppo_mini_batch_size`` counts tasks and, as verl does, is multiplied
+        by the G copies of each task (``env.rollout.n``, verl's ``rollout.n``); a row is one step sample on both
+        engines (docs/configuration.md, "Batch sizes")."""
+        return self.actor.ppo_mini_batch_size * self.group_size
+
+    @property
+    def micro_batch_size(self) -> int:
+        """Step samples per forward/backward pass (``ppo_micro_batch_size_per_gpu``, else the deprecated
+        ``ppo_micro_batch_size``; verl's ActorConfig refuses both set or neither)."""
+        a = self.actor
+        return a.ppo_micro_batch_size_per_gpu if a.ppo_micro_batch_size_per_gpu is not None else a.ppo_micro_batch_size
+
 
 def is_due(done: int, every: int, total: int) -> bool:
     """Whether a periodic action (validation ``test_freq``, checkpoint ``save_freq``) runs after iteration ``done``
@@ -95,50 +100,65 @@ def is_due(done: int, every: int, total: int) -> bool:
     return every > 0 and (done % every == 0 or done == total)
 
 
-def _get(cfg: Any, dotted: str, default: Any = None) -> Any:
-    value = OmegaConf.select(cfg, dotted, default=default) if isinstance(cfg, DictConfig) else default
-    return default if value is None else value
+_ABSENT = object()
 
 
-def _number(cfg: Any, key: str, default: float) -> float:
-    value = _get(cfg, key, default)
-    check_range(key, value)
-    return float(value)
-
-
-def _integer(cfg: Any, key: str, default: int | None) -> int | None:
-    value = _get(cfg, key, default)
-    if value is not None:
-        check_int(key, value)
+def _get(cfg: Any, dotted: str) -> Any:
+    """A key of the composed config (verl's defaults included); a missing key is a ConfigError, never a default
+    restated here."""
+    value = OmegaConf.select(cfg, dotted, default=_ABSENT) if isinstance(cfg, DictConfig) else _ABSENT
+    if value is _ABSENT:
+        raise ConfigError(f"{dotted} is missing from the run config; compose it from recipe/forge/config/"
+                          "forge_trainer.yaml, which holds verl's defaults")
     return value
 
 
-def _flag(cfg: Any, key: str, default: bool) -> bool:
-    value = _get(cfg, key, default)
+def _number(cfg: Any, key: str, low: float | None = None, high: float | None = None, **inclusive: bool) -> float:
+    value = _get(cfg, key)
+    check_range(key, value, low, high, **inclusive)
+    return float(value)
+
+
+def _integer(cfg: Any, key: str, low: int | None = None, nullable: bool = False) -> int | None:
+    value = _get(cfg, key)
+    if value is None and nullable:
+        return None
+    check_int(key, value, low)
+    return value
+
+
+def _flag(cfg: Any, key: str) -> bool:
+    value = _get(cfg, key)
     if not isinstance(value, bool):
         raise ConfigError(f"{key}={value!r} must be true or false")
     return value
 
 
-def _text(cfg: Any, key: str, default: str) -> str:
-    value = _get(cfg, key, default)
+def _text(cfg: Any, key: str) -> str:
+    value = _get(cfg, key)
     if not isinstance(value, str):
         raise ConfigError(f"{key}={value!r} must be a string")
     return value
 
 
-def _betas(cfg: Any, key: str) -> tuple[float, float]:
-    value = _get(cfg, key, [0.9, 0.999])
+def _check_betas(cfg: Any, key: str) -> None:
+    value = _get(cfg, key)
     value = list(value) if isinstance(value, (list, tuple)) or OmegaConf.is_list(value) else value
     if not isinstance(value, list) or len(value) != 2:
         raise ConfigError(f"{key}={value!r} must be two numbers [beta1, beta2], each in [0, 1)")
     for n, beta in enumerate(value):
         check_range(f"{key}[{n}]", beta, 0.0, 1.0, high_inclusive=False)
-    return float(value[0]), float(value[1])
 
 
-def read_engine_settings(cfg: DictConfig) -> EngineSettings:
-    """Read and check every key the embedded engine uses, without verl or torch (ConfigError naming the key)."""
+ACTOR = "actor_rollout_ref.actor"
+ROLLOUT = "actor_rollout_ref.rollout"
+MODEL = "actor_rollout_ref.model"
+LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+KL_LOSS_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+LR_SCHEDULER_TYPES = ("constant", "cosine")  # verl's FSDP optimizer schedules
+
+
+def _local_section(cfg: DictConfig) -> LocalSettings:
     local_section = OmegaConf.to_container(cfg.trainer.get("local", {}) or {}, resolve=True)
     known = set(LocalSettings.__dataclass_fields__)
     unknown = sorted(set(local_section) - known)
@@ -146,116 +166,168 @@ def read_engine_settings(cfg: DictConfig) -> EngineSettings:
         raise ConfigError(f"unknown key trainer.local.{unknown[0]}; known keys: {sorted(known)}")
     local = LocalSettings(**local_section)
     local.validate()
+    return local
 
-    actor = "actor_rollout_ref.actor"
-    rollout = "actor_rollout_ref.rollout"
-    model = "actor_rollout_ref.model"
-    loggers = _get(cfg, "trainer.logger", ["console"])
+
+def _loggers(cfg: DictConfig) -> list[str]:
+    loggers = _get(cfg, "trainer.logger")
     loggers = [loggers] if isinstance(loggers, str) else list(loggers)
     for name in loggers:
         check_choice("trainer.logger[]", name, LOGGERS)
-    micro = _integer(cfg, f"{actor}.ppo_micro_batch_size_per_gpu", None)
-    if micro is None:
-        micro = _integer(cfg, f"{actor}.ppo_micro_batch_size", 8)
-    total = _integer(cfg, "trainer.total_training_steps", None)
-    if total is None:
-        total = _integer(cfg, "trainer.total_epochs", 1)
-    settings = EngineSettings(
-        model_path=_text(cfg, f"{model}.path", "smollm2-135m-instruct"),
-        lora_rank=_integer(cfg, f"{model}.lora_rank", 0),
-        lora_alpha=_get(cfg, f"{model}.lora_alpha", 16),
-        target_modules=_get(cfg, f"{model}.target_modules", "all-linear"),
-        gradient_checkpointing=_flag(cfg, f"{model}.enable_gradient_checkpointing", False),
-        lr=_number(cfg, f"{actor}.optim.lr", 1e-6),
-        weight_decay=_number(cfg, f"{actor}.optim.weight_decay", 0.01),
-        betas=_betas(cfg, f"{actor}.optim.betas"),
-        grad_clip=_number(cfg, f"{actor}.grad_clip", 1.0),
-        lr_warmup_steps=_integer(cfg, f"{actor}.optim.lr_warmup_steps", -1),
-        mini_batch_size=_integer(cfg, f"{actor}.ppo_mini_batch_size", 256),
-        micro_batch_size=micro,
-        ppo_epochs=_integer(cfg, f"{actor}.ppo_epochs", 1),
-        shuffle=_flag(cfg, f"{actor}.shuffle", False),
-        loss_mode=_text(cfg, f"{actor}.policy_loss.loss_mode", "vanilla"),
-        loss_agg_mode=_text(cfg, f"{actor}.loss_agg_mode", "token-mean"),
-        entropy_coeff=_number(cfg, f"{actor}.entropy_coeff", 0.0),
-        use_kl_loss=_flag(cfg, f"{actor}.use_kl_loss", False),
-        kl_loss_coef=_number(cfg, f"{actor}.kl_loss_coef", 0.001),
-        kl_loss_type=_text(cfg, f"{actor}.kl_loss_type", "low_var_kl"),
-        temperature=_number(cfg, f"{rollout}.temperature", 1.0),
-        top_p=_number(cfg, f"{rollout}.top_p", 1.0),
-        top_k=_integer(cfg, f"{rollout}.top_k", -1),
-        max_new_tokens=_integer(cfg, f"{rollout}.response_length", 256),
-        val_temperature=_number(cfg, f"{rollout}.val_kwargs.temperature", 0.4),
-        use_critic=_flag(cfg, "critic.enable", False) or _get(cfg, "algorithm.adv_estimator") == "gae",
-        critic_lr=_number(cfg, "critic.optim.lr", 1e-5),
-        cliprange_value=_number(cfg, "critic.cliprange_value", 0.5),
-        filter_groups=_flag(cfg, "algorithm.filter_groups.enable", False),
-        max_num_gen_batches=_integer(cfg, "algorithm.filter_groups.max_num_gen_batches", 0),
-        total_iterations=total,
+    return loggers
+
+
+def _check_actor_section(cfg: DictConfig) -> None:
+    """The actor keys this engine uses, checked on the plain config (verl's dataclass is built later)."""
+    optim = f"{ACTOR}.optim"
+    _number(cfg, f"{optim}.lr", 0.0, low_inclusive=False)
+    _number(cfg, f"{optim}.weight_decay", 0.0)
+    _check_betas(cfg, f"{optim}.betas")
+    _integer(cfg, f"{optim}.lr_warmup_steps", -1, nullable=True)
+    _number(cfg, f"{optim}.lr_warmup_steps_ratio", 0.0, 1.0)
+    check_choice(f"{optim}.lr_scheduler_type", _get(cfg, f"{optim}.lr_scheduler_type"), LR_SCHEDULER_TYPES)
+    _number(cfg, f"{ACTOR}.grad_clip", 0.0, low_inclusive=False)
+    _integer(cfg, f"{ACTOR}.ppo_mini_batch_size", 1)
+    per_gpu = _integer(cfg, f"{ACTOR}.ppo_micro_batch_size_per_gpu", 1, nullable=True)
+    if per_gpu is None and _integer(cfg, f"{ACTOR}.ppo_micro_batch_size", 1, nullable=True) is None:
+        raise ConfigError(f"set {ACTOR}.ppo_micro_batch_size_per_gpu (step samples per forward/backward pass)")
+    _integer(cfg, f"{ACTOR}.ppo_epochs", 1)
+    _flag(cfg, f"{ACTOR}.shuffle")
+    check_choice(f"{ACTOR}.loss_agg_mode", _get(cfg, f"{ACTOR}.loss_agg_mode"), LOSS_AGG_MODES)
+    check_choice(f"{ACTOR}.kl_loss_type", str(_get(cfg, f"{ACTOR}.kl_loss_type")).rstrip("+"), KL_LOSS_TYPES)
+    _number(cfg, f"{ACTOR}.kl_loss_coef", 0.0)
+    _number(cfg, f"{ACTOR}.entropy_coeff")
+    _flag(cfg, f"{ACTOR}.use_kl_loss")
+    _text(cfg, f"{ACTOR}.policy_loss.loss_mode")
+
+
+def _check_filter_groups(cfg: DictConfig) -> None:
+    groups = "algorithm.filter_groups"
+    _integer(cfg, f"{groups}.max_num_gen_batches")  # verl: a non-positive value means no limit
+    inflight = _integer(cfg, f"{groups}.max_inflight_gen_batches", 1)
+    if _flag(cfg, f"{groups}.enable") and inflight != 1:
+        raise ConfigError(
+            f"{groups}.max_inflight_gen_batches={inflight}: the embedded engine rolls out one generation batch "
+            "at a time, so only 1 is possible here; set it to 1, or run the verl engine (trainer.engine=verl), "
+            "whose replay buffer keeps several batches in flight")
+
+
+def read_engine_settings(cfg: DictConfig) -> EngineSettings:
+    """Read and check every key the embedded engine uses (ConfigError naming the key), then build verl's typed
+    actor and critic-optimizer configs from the composed config. The checks on the plain config come first
+    (:func:`check_engine_config`, no verl import), so a bad value is named before verl loads."""
+    check_engine_config(cfg)
+    from verl.utils.config import omega_conf_to_dataclass
+
+    actor = _typed(cfg, ACTOR, omega_conf_to_dataclass)
+    critic_optim = _typed(cfg, "critic.optim", omega_conf_to_dataclass)
+    filter_groups = _typed(cfg, "algorithm.filter_groups", omega_conf_to_dataclass)
+    return EngineSettings(
+        actor=actor,
+        critic_optim=critic_optim,
+        filter_groups=filter_groups,
+        group_size=_integer(cfg, "env.rollout.n", 1),
+        model_path=_text(cfg, f"{MODEL}.path"),
+        lora_rank=_integer(cfg, f"{MODEL}.lora_rank", 0),
+        lora_alpha=_number(cfg, f"{MODEL}.lora_alpha", 0.0, low_inclusive=False),
+        target_modules=_get(cfg, f"{MODEL}.target_modules"),
+        gradient_checkpointing=_flag(cfg, f"{MODEL}.enable_gradient_checkpointing"),
+        temperature=_number(cfg, f"{ROLLOUT}.temperature", 0.0, low_inclusive=False),
+        top_p=_number(cfg, f"{ROLLOUT}.top_p", 0.0, 1.0, low_inclusive=False),
+        top_k=_integer(cfg, f"{ROLLOUT}.top_k", -1),  # -1 (and 0): no top-k filter
+        max_new_tokens=_integer(cfg, f"{ROLLOUT}.response_length", 1),
+        val_temperature=_number(cfg, f"{ROLLOUT}.val_kwargs.temperature", 0.0),
+        use_critic=_uses_critic(cfg),
+        cliprange_value=_number(cfg, "critic.cliprange_value", 0.0),
+        total_iterations=_total_iterations(cfg),
         save_freq=_integer(cfg, "trainer.save_freq", -1),
         test_freq=_integer(cfg, "trainer.test_freq", -1),
-        val_before_train=_flag(cfg, "trainer.val_before_train", True),
-        val_only=_flag(cfg, "trainer.val_only", False),
-        resume_mode=_text(cfg, "trainer.resume_mode", "disable"),
-        resume_from_path=_get(cfg, "trainer.resume_from_path", None),
-        output_dir=_text(cfg, "trainer.default_local_dir", "checkpoints/slea_rl/run"),
-        rollout_data_dir=_get(cfg, "trainer.rollout_data_dir", None),
-        loggers=loggers,
-        project_name=str(_get(cfg, "trainer.project_name", "slea_rl")),
-        experiment_name=str(_get(cfg, "trainer.experiment_name", "run")),
-        seed=_integer(cfg, "env.seed", 0),
-        local=local,
+        val_before_train=_flag(cfg, "trainer.val_before_train"),
+        val_only=_flag(cfg, "trainer.val_only"),
+        resume_mode=_text(cfg, "trainer.resume_mode"),
+        resume_from_path=_get(cfg, "trainer.resume_from_path"),
+        output_dir=_text(cfg, "trainer.default_local_dir"),
+        rollout_data_dir=_get(cfg, "trainer.rollout_data_dir"),
+        loggers=_loggers(cfg),
+        project_name=str(_get(cfg, "trainer.project_name")),
+        experiment_name=str(_get(cfg, "trainer.experiment_name")),
+        seed=_integer(cfg, "env.seed"),
+        local=_local_section(cfg),
     )
-    _validate(settings)
-    check_model_path(f"{model}.path", settings.model_path)
-    critic_path = _get(cfg, "critic.model.path", None)
-    if settings.use_critic and critic_path and not str(critic_path).startswith("~/models/"):  # verl's placeholder
+
+
+def _typed(cfg: DictConfig, key: str, convert) -> Any:
+    """verl's dataclass of the section at ``key``; its own checks (e.g. both micro-batch keys set) become a
+    ConfigError naming the section."""
+    try:
+        return convert(OmegaConf.select(cfg, key))
+    except ConfigError:
+        raise
+    except Exception as exc:  # verl raises ValueError / AssertionError / Hydra's InstantiationException
+        raise ConfigError(f"{key}: verl refuses this section: {exc}") from exc
+
+
+def _uses_critic(cfg: DictConfig) -> bool:
+    return bool(_flag_or_none(cfg, "critic.enable")) or _get(cfg, "algorithm.adv_estimator") == "gae"
+
+
+def _flag_or_none(cfg: DictConfig, key: str) -> bool | None:
+    """verl's ``critic.enable`` is null by default (null: decided by the estimator)."""
+    value = _get(cfg, key)
+    if value is not None and not isinstance(value, bool):
+        raise ConfigError(f"{key}={value!r} must be true, false or null")
+    return value
+
+
+def _total_iterations(cfg: DictConfig) -> int:
+    steps = _integer(cfg, "trainer.total_training_steps", 1, nullable=True)
+    epochs = _integer(cfg, "trainer.total_epochs", 1)
+    return total_iterations(_integer(cfg, "data.train_batch_size", 1), steps, epochs)
+
+
+def check_engine_config(cfg: DictConfig) -> None:
+    """Every check on the keys the embedded engine reads, without verl or torch (ConfigError naming the key)."""
+    _local_section(cfg)
+    _loggers(cfg)
+    _check_actor_section(cfg)
+    _check_filter_groups(cfg)
+    model_path = _text(cfg, f"{MODEL}.path")
+    if not model_path:
+        raise ConfigError(f"{MODEL}.path must not be empty")
+    _integer(cfg, f"{MODEL}.lora_rank", 0)
+    _number(cfg, f"{MODEL}.lora_alpha", 0.0, low_inclusive=False)
+    _flag(cfg, f"{MODEL}.enable_gradient_checkpointing")
+    _number(cfg, f"{ROLLOUT}.temperature", 0.0, low_inclusive=False)
+    _number(cfg, f"{ROLLOUT}.top_p", 0.0, 1.0, low_inclusive=False)
+    _integer(cfg, f"{ROLLOUT}.top_k", -1)
+    _integer(cfg, f"{ROLLOUT}.response_length", 1)
+    _number(cfg, f"{ROLLOUT}.val_kwargs.temperature", 0.0)
+    _number(cfg, "critic.optim.lr", 0.0, low_inclusive=False)
+    _number(cfg, "critic.cliprange_value", 0.0)
+    _uses_critic(cfg)
+    _total_iterations(cfg)
+    _integer(cfg, "trainer.save_freq", -1)
+    _integer(cfg, "trainer.test_freq", -1)
+    _flag(cfg, "trainer.val_before_train")
+    _flag(cfg, "trainer.val_only")
+    _integer(cfg, "env.seed")
+    resume_mode = _text(cfg, "trainer.resume_mode")
+    check_choice("trainer.resume_mode", resume_mode, ["disable", "auto", "resume_path"])
+    if resume_mode == "resume_path":
+        check_resume_path(_get(cfg, "trainer.resume_from_path"))
+    check_model_path(f"{MODEL}.path", model_path)
+    critic_path = OmegaConf.select(cfg, "critic.model.path", default=None)
+    if _uses_critic(cfg) and critic_path and not str(critic_path).startswith("~/models/"):  # verl's placeholder
         check_model_path("critic.model.path", str(critic_path))
-    return settings
 
 
 def engine_settings(cfg: DictConfig) -> EngineSettings:
-    """:func:`read_engine_settings` plus the checks against verl's registries (these import verl)."""
+    """:func:`read_engine_settings` plus the checks against verl's registries."""
     settings = read_engine_settings(cfg)
     from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 
-    check_choice("actor_rollout_ref.actor.policy_loss.loss_mode", settings.loss_mode, sorted(POLICY_LOSS_REGISTRY))
+    check_choice(f"{ACTOR}.policy_loss.loss_mode", settings.actor.policy_loss.loss_mode, sorted(POLICY_LOSS_REGISTRY))
     return settings
-
-
-def _validate(s: EngineSettings) -> None:
-    actor = "actor_rollout_ref.actor"
-    rollout = "actor_rollout_ref.rollout"
-    if not s.model_path:
-        raise ConfigError("actor_rollout_ref.model.path must not be empty")
-    check_int("actor_rollout_ref.model.lora_rank", s.lora_rank, 0)
-    check_range("actor_rollout_ref.model.lora_alpha", s.lora_alpha, 0.0, low_inclusive=False)
-    check_range(f"{actor}.optim.lr", s.lr, 0.0, low_inclusive=False)
-    check_range(f"{actor}.optim.weight_decay", s.weight_decay, 0.0)
-    check_range(f"{actor}.grad_clip", s.grad_clip, 0.0, low_inclusive=False)
-    check_int(f"{actor}.ppo_mini_batch_size", s.mini_batch_size, 1)
-    check_int(f"{actor}.ppo_micro_batch_size_per_gpu", s.micro_batch_size, 1)
-    check_int(f"{actor}.ppo_epochs", s.ppo_epochs, 1)
-    check_choice(f"{actor}.loss_agg_mode", s.loss_agg_mode,
-                 ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
-    check_choice(f"{actor}.kl_loss_type", s.kl_loss_type.rstrip("+"),
-                 ["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"])
-    check_range(f"{actor}.kl_loss_coef", s.kl_loss_coef, 0.0)
-    check_range(f"{actor}.entropy_coeff", s.entropy_coeff)
-    check_range(f"{rollout}.temperature", s.temperature, 0.0, low_inclusive=False)
-    check_range(f"{rollout}.top_p", s.top_p, 0.0, 1.0, low_inclusive=False)
-    check_int(f"{rollout}.top_k", s.top_k, -1)  # -1 (and 0): no top-k filter
-    check_int(f"{rollout}.response_length", s.max_new_tokens, 1)
-    check_range(f"{rollout}.val_kwargs.temperature", s.val_temperature, 0.0)
-    check_range("critic.optim.lr", s.critic_lr, 0.0, low_inclusive=False)
-    check_range("critic.cliprange_value", s.cliprange_value, 0.0)
-    check_int("algorithm.filter_groups.max_num_gen_batches", s.max_num_gen_batches, 0)
-    check_int("trainer.total_training_steps", s.total_iterations, 1)
-    check_int("trainer.save_freq", s.save_freq, -1)
-    check_int("trainer.test_freq", s.test_freq, -1)
-    check_choice("trainer.resume_mode", s.resume_mode, ["disable", "auto", "resume_path"])
-    if s.resume_mode == "resume_path":
-        check_resume_path(s.resume_from_path)
 
 
 def check_resume_path(path: Any) -> None:

@@ -9,7 +9,7 @@ from typing import Sequence
 
 from agent_system.multi_turn_rollout.protocols import ExperienceProvider, StepExperience, StepQuery
 
-FORGE_PHASES = ("forge_retrieval", "forge_advantage", "forge_evolution")
+FORGE_PHASES = ("forge_retrieval", "adv", "forge_evolution")  # adv: the (step-level) advantages
 
 
 class PhaseTimer:
@@ -31,9 +31,9 @@ class PhaseTimer:
     def metrics(self) -> dict[str, float]:
         total = sum(self.seconds.values())
         forge = sum(self.seconds.get(p, 0.0) for p in FORGE_PHASES)
-        out = {f"timing/{name}_s": value for name, value in self.seconds.items()}
-        out["timing/phases_total_s"] = total
-        out["timing/forge_share"] = forge / total if total > 0 else 0.0
+        out = {f"timing_s/{name}": value for name, value in self.seconds.items()}  # verl's names (metric_names.py)
+        out["timing_s/phases_total"] = total
+        out["perf/forge_time_share"] = forge / total if total > 0 else 0.0
         return out
 
 

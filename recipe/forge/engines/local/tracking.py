@@ -23,15 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from recipe.forge.durable import write_text_atomic
+from recipe.forge.metric_names import with_current_names
 
 CONSOLE_KEYS = ("success_rate", "episode_reward/mean", "valid_action_ratio", "episode_length/mean",
                 "actor/pg_loss", "forge/library_total_size", "val/success_rate", "val_no_library/success_rate",
-                "timing/iteration_s")
+                "timing_s/step")
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a metrics JSONL file; a line that is not a JSON object (torn by a kill mid-append) is
-    dropped with a warning naming it."""
+    """The records of a metrics JSONL file, former metric names read as their current ones
+    (recipe/forge/metric_names.py); a line that is not a JSON object (torn by a kill mid-append) is dropped with
+    a warning naming it."""
     records = []
     for number, line in enumerate(Path(path).read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         if not line.strip():
@@ -43,7 +45,7 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
         if not isinstance(record, dict):
             warnings.warn(f"{path}:{number} is not a complete JSON record ({line[:60]!r}); dropped")
             continue
-        records.append(record)
+        records.append(with_current_names(record))
     return records
 
 

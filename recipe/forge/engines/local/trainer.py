@@ -12,6 +12,7 @@ One iteration (docs/architecture.md, "One iteration"):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import time
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from recipe.forge.engines.local.advantages import NEEDS_SUM_PI_SQUARED, check_es
 from recipe.forge.engines.local.batch import StepBatch, build_step_batch
 from recipe.forge.engines.local.checkpoint import checkpoint_to_resume, load_checkpoint, save_checkpoint
 from recipe.forge.engines.local.generation import HFGenerator
+from recipe.forge.engines.local.lr_schedule import build_lr_scheduler
 from recipe.forge.engines.local.model_loading import Policy, PolicyConfig, build_policy
 from recipe.forge.engines.local.rollout_dump import dump_rollouts
 from recipe.forge.engines.local.sequences import pack
@@ -81,6 +83,25 @@ def resolve_compute_dtype(choice: str, device: torch.device, flags: frozenset[st
     return "bf16" if CPU_BF16_FLAGS & (cpu_flags() if flags is None else flags) else "fp32"
 
 
+def adamw(parameters, optim) -> torch.optim.AdamW:
+    """AdamW with verl's optimizer config (``optim``: verl's OptimizerConfig: lr, betas, weight_decay)."""
+    return torch.optim.AdamW(parameters, lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay)
+
+
+def loss_settings(s: EngineSettings) -> LossSettings:
+    """The update's settings, all from verl's typed actor config (and the two keys outside it)."""
+    a = s.actor
+    extra = {f.name: getattr(a.policy_loss, f.name) for f in dataclasses.fields(a.policy_loss)
+             if f.name not in ("_target_", "loss_mode", "rollout_correction")}  # clip_cov_ratio, dro_beta, ...
+    return LossSettings(
+        loss_mode=a.policy_loss.loss_mode, loss_agg_mode=a.loss_agg_mode, clip_ratio=a.clip_ratio,
+        clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high, clip_ratio_c=a.clip_ratio_c,
+        entropy_coeff=a.entropy_coeff, use_kl_loss=a.use_kl_loss, kl_loss_coef=a.kl_loss_coef,
+        kl_loss_type=a.kl_loss_type, mini_batch_size=s.mini_batch_rows, micro_batch_size=s.micro_batch_size,
+        ppo_epochs=a.ppo_epochs, shuffle=a.shuffle, grad_clip=a.grad_clip, temperature=s.temperature,
+        cliprange_value=s.cliprange_value, policy_loss_extra=extra)
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -109,8 +130,8 @@ class LocalTrainer:
 
         self.policy = components.policy or build_policy(PolicyConfig(
             path=s.model_path, lora_rank=s.lora_rank, lora_alpha=s.lora_alpha, target_modules=s.target_modules,
-            enable_gradient_checkpointing=s.gradient_checkpointing, use_reference=s.use_kl_loss))
-        if s.use_kl_loss and not self.policy.has_reference:
+            enable_gradient_checkpointing=s.gradient_checkpointing, use_reference=s.actor.use_kl_loss))
+        if s.actor.use_kl_loss and not self.policy.has_reference:
             raise ConfigError("actor_rollout_ref.actor.use_kl_loss=true needs a reference policy, but the given "
                               "policy was built without one (use_reference=False)")
         self.policy.model.to(self.device)
@@ -123,9 +144,9 @@ class LocalTrainer:
                                      self.sample_rng, autocast=self.autocast,
                                      response_prefix=s.local.response_prefix)
         self.train_envs, self.val_envs = make_envs(cfg)
-        self.collector = TrajectoryCollector(dynamic_sampling=s.filter_groups,
-                                             max_num_gen_batches=max(1, s.max_num_gen_batches),
-                                             progress=s.local.progress)
+        self.collector = TrajectoryCollector(dynamic_sampling=s.filter_groups.enable,
+                                             max_num_gen_batches=max(0, s.filter_groups.max_num_gen_batches),
+                                             progress=s.local.progress)  # verl: <= 0 means no limit
 
         self.experience = None
         if self.algorithm.adv_estimator == "forge":
@@ -134,32 +155,30 @@ class LocalTrainer:
             llm = self._policy_llm if self.algorithm.forge.extractor == "llm" else None
             self.experience = ExperienceSystem.from_config(self.algorithm.forge, tokenizer=self.tokenizer, llm=llm)
 
-        self.optimizer = torch.optim.AdamW(self.policy.trainable_parameters(), lr=s.lr, betas=s.betas,
-                                           weight_decay=s.weight_decay)
+        self.optimizer = adamw(self.policy.trainable_parameters(), s.actor.optim)
         self.critic, self.critic_optimizer = None, None
         if s.use_critic:
             self.critic = ValueModel(self._critic_backbone(components), self.policy.model.config.hidden_size)
             self.critic.to(self.device)
-            self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=s.critic_lr)
-        actor = OmegaConf.select(cfg, "actor_rollout_ref.actor", default={}) or {}
-        policy_loss_extra = {k: v for k, v in (OmegaConf.to_container(actor.get("policy_loss", {}), resolve=True)
-                                               or {}).items() if k not in ("_target_", "loss_mode", "rollout_correction")}
+            self.critic_optimizer = adamw(self.critic.parameters(), s.critic_optim)
+        self._build_lr_schedulers(done=0)
         self.updater = PolicyUpdater(
-            self.policy.model, self.optimizer,
-            LossSettings(loss_mode=s.loss_mode, loss_agg_mode=s.loss_agg_mode, clip_ratio=actor.get("clip_ratio", 0.2),
-                         clip_ratio_low=actor.get("clip_ratio_low"), clip_ratio_high=actor.get("clip_ratio_high"),
-                         clip_ratio_c=actor.get("clip_ratio_c", 3.0), entropy_coeff=s.entropy_coeff,
-                         use_kl_loss=s.use_kl_loss, kl_loss_coef=s.kl_loss_coef, kl_loss_type=s.kl_loss_type,
-                         mini_batch_size=s.mini_batch_size, micro_batch_size=s.micro_batch_size,
-                         ppo_epochs=s.ppo_epochs, shuffle=s.shuffle, grad_clip=s.grad_clip,
-                         temperature=s.temperature, cliprange_value=s.cliprange_value,
-                         policy_loss_extra=policy_loss_extra),
+            self.policy.model, self.optimizer, loss_settings(s),
             autocast=self.autocast, critic=self.critic, critic_optimizer=self.critic_optimizer, rng=self.shuffle_rng,
         )
         self.iteration = 0
         self.tracker: MetricsTracker | None = None
 
     # ------------------------------------------------------------------ helpers
+    def _build_lr_schedulers(self, done: int) -> None:
+        """verl's lr schedules (lr_schedule.py) for the actor and the critic, ``done`` iterations in."""
+        s = self.settings
+        self.lr_scheduler = build_lr_scheduler(self.optimizer, s.actor.optim, s.total_iterations, done)
+        self.critic_lr_scheduler = None
+        if self.critic_optimizer is not None:
+            self.critic_lr_scheduler = build_lr_scheduler(self.critic_optimizer, s.critic_optim, s.total_iterations,
+                                                          done)
+
     def autocast(self):
         if self.compute_dtype == "bf16":
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
@@ -202,12 +221,12 @@ class LocalTrainer:
         if self.experience is not None:
             self.experience.begin_iteration(iteration)
             provider = TimedProvider(self.experience.provider, timer, "forge_retrieval")
-        with timer.phase("rollout"):
+        with timer.phase("gen"):
             self.generator.tokens_generated = 0
             rollout = self.collector.collect(self.train_envs, self.generator, self.sampling(),
                                              experience_provider=provider)
             generated = self.generator.tokens_generated
-        timer.exclude("rollout", "forge_retrieval")
+        timer.exclude("gen", "forge_retrieval")
         with timer.phase("prepare"):
             batch = build_step_batch(rollout, self.tokenizer.pad_token_id, self.algorithm.gamma,
                                      self.algorithm.invalid_action_penalty_coef)
@@ -218,17 +237,18 @@ class LocalTrainer:
                 result = self.updater.log_probs(self.policy.model, batch.packed, with_sum_pi_squared=needs_pi2)
                 old_log_probs, sum_pi_squared = result if needs_pi2 else (result, None)
             ref_log_probs = None
-            if s.use_kl_loss:
+            if s.actor.use_kl_loss:
                 with self.policy.reference_context():
                     ref_log_probs = self.updater.log_probs(self.policy.reference_model(), batch.packed)
             values = self.updater.values(batch.packed) if self.critic is not None else None
-        with timer.phase("forge_advantage"):
+        with timer.phase("adv"):
             advantages, returns = compute_advantages(batch, self.algorithm, values=values,
                                                      sum_pi_squared=sum_pi_squared)
         distill = self._distillation_inputs(batch)
-        with timer.phase("update"):
+        with timer.phase("update_actor"):
             update_metrics = self.updater.update(batch, advantages, old_log_probs, ref_log_probs,
                                                  returns=returns, old_values=values, distill=distill)
+        update_metrics.update(self._step_lr_schedulers())
         metrics: dict[str, float] = dict(rollout.metrics)
         metrics.update(update_metrics)
         if self.experience is not None:
@@ -241,6 +261,15 @@ class LocalTrainer:
             metrics["distill/weight"] = distill.weight
             metrics["distill/rows"] = float(len(distill.rows))
         metrics.update(timer.metrics())
+        return metrics
+
+    def _step_lr_schedulers(self) -> dict[str, float]:
+        """One scheduler step per iteration, after the update, as verl does; logs the next iteration's lr."""
+        self.lr_scheduler.step()
+        metrics = {"actor/lr": self.lr_scheduler.get_last_lr()[0]}
+        if self.critic_lr_scheduler is not None:
+            self.critic_lr_scheduler.step()
+            metrics["critic/lr"] = self.critic_lr_scheduler.get_last_lr()[0]
         return metrics
 
     def _batch_metrics(self, batch: StepBatch, rollout, generated: int) -> dict[str, float]:
@@ -292,6 +321,7 @@ class LocalTrainer:
                                 critic=self.critic, critic_optimizer=self.critic_optimizer,
                                 experience=self.experience)
         print(f"resumed from {path} at iteration {state['iteration']}", flush=True)
+        self._build_lr_schedulers(done=int(state["iteration"]))
         return int(state["iteration"])
 
     # ------------------------------------------------------------------ loop
@@ -317,7 +347,7 @@ class LocalTrainer:
             done = iteration + 1
             if is_due(done, s.test_freq, s.total_iterations):
                 metrics.update(self.validate())
-            metrics["timing/iteration_s"] = time.perf_counter() - started
+            metrics["timing_s/step"] = time.perf_counter() - started
             self.tracker.log(done, metrics)
             history.append({"iteration": done, **metrics})
             if is_due(done, s.save_freq, s.total_iterations):

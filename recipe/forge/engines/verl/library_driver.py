@@ -12,7 +12,6 @@ from collections import defaultdict
 from typing import Any, Sequence
 
 import ray
-from omegaconf import OmegaConf
 
 from agent_system.multi_turn_rollout.injection import experience_messages
 from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
@@ -112,15 +111,15 @@ class LibraryDriver:
     @classmethod
     def from_trainer_config(cls, config: Any, llm: Any = None) -> "LibraryDriver":
         """``llm`` (prompt -> text) serves ``algorithm.forge.extractor=llm``."""
-        forge = config.algorithm.forge
-        section = OmegaConf.to_container(forge, resolve=True) if OmegaConf.is_config(forge) else forge
-        section = {k: v for k, v in dict(section).items() if k != "_target_"}
+        from recipe.forge.config_schema import instantiate_algorithm
+
+        forge = instantiate_algorithm(config.algorithm).forge  # the typed ForgeConfig, handed as it is
         system = None
         if str(config.algorithm.adv_estimator) == "forge":
             from recipe.forge.experience import ExperienceSystem
 
-            system = ExperienceSystem.from_config(section, llm=llm)
-        return cls(system, section)
+            system = ExperienceSystem.from_config(forge, llm=llm)
+        return cls(system, forge)
 
     @property
     def enabled(self) -> bool:
@@ -156,7 +155,7 @@ class LibraryDriver:
         """Evolve from this iteration's rows (the system saves itself every library_save_freq iterations);
         returns the forge/* metrics."""
         trajectories = rows_to_trajectories(rows)
-        metrics = reward_metrics(trajectories, self.forge_cfg.get("success_threshold"))
+        metrics = reward_metrics(trajectories, self.forge_cfg.success_threshold)
         if self.enabled:
             # retrieval ran in the rollout workers: the provider counters come from the steps they produced
             self.system.stats = RetrievalStats.from_rows(

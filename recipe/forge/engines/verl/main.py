@@ -29,10 +29,10 @@ from recipe.forge.config_schema import validate_config
 from recipe.forge.engines.verl.cpu.settings import apply_cpu_settings, resolve_device, use_cpu_platform_in_this_process
 from recipe.forge.engines.verl.agent_loop import AGENT_NAME
 from recipe.forge.engines.verl.trainer import TRAINER_MODE
+from recipe.forge.run_length import training_tasks
 
 LOGGER_BACKENDS = {"jsonl": "file"}  # our logger name -> verl's Tracking backend
 
-DEFAULT_TRAIN_TASKS = 10_000  # tasks per epoch when trainer.total_training_steps is unset (the dataloader reshuffles)
 
 
 def task_rows(env_name: str, seeds: np.ndarray, split: str) -> pd.DataFrame:
@@ -58,8 +58,7 @@ def task_seeds(env_cfg: Any, num_train: int, num_val: int) -> tuple[np.ndarray, 
 def write_task_files(cfg: DictConfig, out_dir: str) -> tuple[str, str]:
     """Write train.parquet / val.parquet under ``out_dir``; returns their paths."""
     env = cfg.env
-    steps = cfg.trainer.get("total_training_steps") or 0
-    num_train = max(int(cfg.data.train_batch_size) * int(steps), DEFAULT_TRAIN_TASKS if not steps else 0)
+    num_train = training_tasks(int(cfg.data.train_batch_size), cfg.trainer.get("total_training_steps"))
     num_val = int(cfg.data.get("val_batch_size") or cfg.data.train_batch_size)
     train_seeds, val_seeds = task_seeds(env, num_train, num_val)
     os.makedirs(out_dir, exist_ok=True)

@@ -168,18 +168,19 @@ def compute_step_advantage(
     raise ValueError(f"{estimator!r} is not a step-level estimator; choose one of {STEP_ESTIMATORS}")
 
 
-def episode_metrics(steps: StepArrays, prefix: str = "episode") -> dict[str, float]:
-    """Success rate, return, length and valid-action ratio of the episodes in a batch (one value per episode)."""
+def episode_metrics(steps: StepArrays) -> dict[str, float]:
+    """Success rate, return, length and valid-action ratio of the episodes in a batch (one value per episode),
+    under the embedded engine's names (recipe/forge/metric_names.py)."""
     _, first = np.unique(steps.traj_uid.astype(str), return_index=True)
     n_steps = np.bincount(np.unique(steps.traj_uid.astype(str), return_inverse=True)[1])
     return {
-        f"{prefix}/success_rate": float(steps.success[first].mean()),
-        f"{prefix}/return_mean": float(steps.episode_return[first].mean()),
-        f"{prefix}/return_std": float(steps.episode_return[first].std()),
-        f"{prefix}/length_mean": float(n_steps.mean()),
-        f"{prefix}/valid_action_ratio": float(steps.is_action_valid.mean()),
-        f"{prefix}/num_trajectories": float(len(first)),
-        f"{prefix}/num_steps": float(len(steps.traj_uid)),
+        "success_rate": float(steps.success[first].mean()),
+        "episode_reward/mean": float(steps.episode_return[first].mean()),
+        "episode_reward/std": float(steps.episode_return[first].std()),
+        "episode_length/mean": float(n_steps.mean()),
+        "valid_action_ratio": float(steps.is_action_valid.mean()),
+        "num_trajectories": float(len(first)),
+        "num_steps": float(len(steps.traj_uid)),
     }
 
 
