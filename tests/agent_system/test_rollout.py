@@ -8,12 +8,9 @@ import pytest
 
 from agent_system.environments import make_envs
 from agent_system.multi_turn_rollout.protocols import (
-    ExperienceProvider,
-    Generator,
     SamplingParams,
     StepExperience,
     RolloutBatch,
-    StepObserver,
     StepRecord,
     TrajectoryRecord,
     active_mask,
@@ -30,7 +27,6 @@ def sokoban(n=4, b=4, **env):
 def test_expert_solves_sokoban_and_finished_envs_get_no_generation():
     envs = sokoban(n=4, b=8)
     gen = ExpertGenerator(envs)
-    assert isinstance(gen, Generator)
     batch = TrajectoryCollector().collect(envs, gen, SamplingParams())
     assert batch.metrics["success_rate"] == 1.0 and batch.metrics["valid_action_ratio"] == 1.0
     lengths = np.array([t.length for t in batch.trajectories])
@@ -95,7 +91,6 @@ class Recorder:
 def test_messages_experiences_clusters_and_observer():
     envs = sokoban(n=2, b=2)
     provider, observer = TaggingProvider(), Recorder()
-    assert isinstance(provider, ExperienceProvider) and isinstance(observer, StepObserver)
     batch = TrajectoryCollector().collect(envs, RandomGenerator(envs), SamplingParams(), experience_provider=provider, step_observer=observer)
     assert len(provider.queries) == len(batch.steps)
     assert sorted(id(s) for s in observer.seen) == sorted(id(s) for s in batch.steps)
@@ -162,8 +157,8 @@ def test_dynamic_sampling_keeps_informative_groups_and_resamples():
     informative = [np.ptp(r) > 0 for r in groups.values()]
     expected = min(even, 4)
     assert informative == [True] * expected + [False] * (4 - expected)  # informative groups first
-    if even >= 4:
-        assert sum(int((s % 2 == 0).sum()) for s in seeds_seen[:-1]) < 4  # stopped as soon as B were found
+    assert even >= 4  # this seed finds B informative groups within the 6 rounds allowed
+    assert sum(int((s % 2 == 0).sum()) for s in seeds_seen[:-1]) < 4  # stopped as soon as B were found
 
 
 def test_dynamic_sampling_fills_up_when_too_few_groups_are_informative():

@@ -41,14 +41,35 @@ def test_hand_worked_similarity():
     assert sequence_similarity("abc", "") == 0.0
 
 
+def edited(text: str, rng: random.Random, edits: int) -> str:
+    """``text`` after ``edits`` random single-character insertions or deletions."""
+    chars = list(text)
+    for _ in range(edits):
+        if chars and rng.random() < 0.5:
+            del chars[rng.randrange(len(chars))]
+        else:
+            chars.insert(rng.randrange(len(chars) + 1), rng.choice("ab"))
+    return "".join(chars)
+
+
 def test_length_bounds_are_necessary():
     rng = random.Random(0)
+    similar = 0
     for _ in range(300):
-        a = "".join(rng.choice("ab") for _ in range(rng.randint(1, 20)))
-        b = "".join(rng.choice("ab") for _ in range(rng.randint(1, 20)))
+        a = "".join(rng.choice("ab") for _ in range(rng.randint(1, 30)))
+        b = edited(a, rng, rng.randint(0, 6))  # near and far pairs, lengths on both sides of the bounds
         if sequence_similarity(a, b) >= 0.85:
+            similar += 1
             low, high = length_bounds(len(a), 0.85)
             assert low <= len(b) <= high
+    assert similar >= 100  # the bounds were checked on many pairs that reach the threshold
+
+
+def test_length_bounds_are_tight():
+    # |a| = 17 at 0.85: m >= 17 * 0.85 / 1.15 = 12.57 and m <= 17 * 1.15 / 0.85 = 23; "a" * m shares min(17, m).
+    assert length_bounds(17, 0.85) == pytest.approx((17 * 0.85 / 1.15, 23.0))
+    assert sequence_similarity("a" * 17, "a" * 13) >= 0.85 > sequence_similarity("a" * 17, "a" * 12)
+    assert sequence_similarity("a" * 17, "a" * 22) >= 0.85 > sequence_similarity("a" * 17, "a" * 24)
 
 
 def test_search_is_exactly_confirmed_and_finds_near_duplicates():
@@ -134,6 +155,9 @@ def test_tables_depend_only_on_the_current_contents():
     fresh = NearDuplicateIndex(params)
     for item in sorted(alive):
         fresh.add(item, index.text(item))
-    assert index._tables == fresh._tables and index._exact == fresh._exact
-    probe = texts[3]
-    assert index.search(probe, 0.85) == fresh.search(probe, 0.85)
+    assert sorted(index.ids()) == sorted(alive) and len(index) == len(alive)
+    probes = texts + [synthetic.perturb(t, random.Random(7), 1) for t in texts]
+    for probe in probes:  # candidates are what the tables hold for a text's buckets
+        assert index.candidates(probe) == fresh.candidates(probe)
+        assert index.search(probe, 0.85) == fresh.search(probe, 0.85)
+    assert sum(bool(index.candidates(probe)) for probe in probes) > len(probes) // 2

@@ -6,7 +6,7 @@ import pickle
 import numpy as np
 import pytest
 
-from agent_system.multi_turn_rollout.protocols import ExperienceProvider, StepQuery
+from agent_system.multi_turn_rollout.protocols import StepQuery
 from recipe.forge.experience import ExperienceSystem, LibrarySnapshot
 from recipe.forge.experience.library import GOLDEN, Candidate
 from recipe.forge.experience.system import PROVISIONAL_BASE
@@ -35,7 +35,7 @@ def test_from_config_keeps_the_typed_section_and_reads_a_plain_mapping_as_one(cf
 
     typed = cfg()
     a = ExperienceSystem.from_config(typed)
-    assert a.cfg is typed and isinstance(a.provider, ExperienceProvider)  # handed as it is, not flattened
+    assert a.cfg is typed  # handed as it is, not flattened
     b = ExperienceSystem.from_config({k: v for k, v in asdict(typed).items() if not k.startswith("_")})
     assert isinstance(b.cfg, ForgeValues) and asdict(b.cfg) == {k: v for k, v in asdict(typed).items()
                                                                 if not k.startswith("_")}

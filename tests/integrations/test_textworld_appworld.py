@@ -44,14 +44,15 @@ def test_generated_games_are_cached_and_won_by_the_walkthrough(tmp_path):
     assert info["task"] and obs.startswith(info["task"][:20]) and "$$" not in obs
     obs, reward, done, _, info = env.step("dance wildly")
     assert (reward, done) == (0, False) and env.expert_action() is None  # strayed from the walkthrough
-    env.reset(1)
-    total, done = 0.0, False
+    obs, info = env.reset(1)
+    total, done, steps = 0.0, False, 0
     while not done:
         action = env.expert_action()
-        assert action in info["admissible_actions"] or action is not None
+        assert action is not None and action in info["admissible_actions"], (action, info["admissible_actions"])
         obs, reward, done, _, info = env.step(action)
         total += reward
-    assert info["won"] and total == 1.0
+        steps += 1
+    assert info["won"] and total == 1.0 and steps >= 1
     env.close()
 
 

@@ -5,6 +5,10 @@ clip-cov, ...), configured by a verl ``ActorConfig``; KL loss: ``kl_penalty`` + 
 ``agg_loss`` over token entropies; critic: ``compute_value_loss``. Mini-batches of samples, each split into
 micro-batches whose gradients accumulate; ``global_batch_info`` tells verl's aggregation the mini-batch's
 token and sample counts, so the accumulated gradient equals the gradient of the mini-batch's token-mean.
+
+The loop is flat: ``UpdateTargets`` slices the inputs into mini-batches (their ``MiniBatchNorm`` totals) and
+micro-batches (``MicroBatch``); ``PolicyUpdater.policy_loss`` and ``critic_loss`` give a micro-batch's share of
+its mini-batch's losses; ``MetricsAccumulator`` averages the metrics.
 """
 
 from __future__ import annotations
@@ -109,6 +113,111 @@ def _chunks(rows: np.ndarray, size: int) -> list[np.ndarray]:
     return [rows[i:i + size] for i in range(0, len(rows), size)]
 
 
+@dataclass
+class MiniBatchNorm:
+    """A mini-batch's totals, which its micro-batches' losses are normalised by so that they sum to the
+    mini-batch's loss (verl's ``global_batch_info``)."""
+
+    batch_num_tokens: float  # response tokens in the mini-batch (at least 1)
+    global_batch_size: int  # samples in the mini-batch
+    distill_tokens: torch.Tensor | None  # 0-dim: response tokens of its distillation rows; None without any
+
+    def agg_kwargs(self) -> dict:
+        """Keyword arguments of verl's ``agg_loss`` (one data-parallel rank)."""
+        return {"dp_size": 1, "batch_num_tokens": self.batch_num_tokens, "global_batch_size": self.global_batch_size}
+
+
+@dataclass
+class MicroBatch:
+    """What one micro-batch's losses read, on the update's device: m rows, R response columns."""
+
+    rows: torch.Tensor  # (m,) row indices into the StepBatch
+    packed: PackedSequences  # (m, P + R)
+    advantages: torch.Tensor  # (m, R)
+    old_log_probs: torch.Tensor  # (m, R)
+    ref_log_probs: torch.Tensor | None  # (m, R), with the KL loss
+    returns: torch.Tensor | None  # (m, R), with a critic
+    old_values: torch.Tensor | None  # (m, R), with a critic
+    distill: DistillationInputs | None
+    distill_rows: torch.Tensor  # (k,) indices into ``distill.rows`` of the micro-batch's distillation rows
+
+
+@dataclass
+class UpdateTargets:
+    """An update's inputs, row-aligned with its StepBatch (n rows, R response columns), sliced into mini- and
+    micro-batches."""
+
+    batch: StepBatch
+    advantages: torch.Tensor  # (n, R)
+    old_log_probs: torch.Tensor  # (n, R)
+    ref_log_probs: torch.Tensor | None  # (n, R), with the KL loss
+    returns: torch.Tensor | None  # (n, R), with a critic
+    old_values: torch.Tensor | None  # (n, R), with a critic
+    distill: DistillationInputs | None
+
+    def __post_init__(self):
+        # (n,): a row's index into distill.rows, -1 for a row without distillation.
+        self.distill_of_row = torch.full((len(self.batch),), -1, dtype=torch.long)
+        if self.distill is not None:
+            self.distill_of_row[self.distill.rows] = torch.arange(len(self.distill.rows))
+
+    def rows_to_train(self, skip_zero_advantage: bool) -> np.ndarray:
+        """(n,) bool: the rows that get a forward pass (every row, or those with a non-zero advantage)."""
+        if skip_zero_advantage:
+            return (self.advantages.abs().sum(-1) > 0).numpy()
+        return np.ones(len(self.batch), dtype=bool)
+
+    def mini_batch_norm(self, rows: np.ndarray) -> MiniBatchNorm:
+        """The totals of the mini-batch made of ``rows`` ((b,) indices), skipped rows included."""
+        distill_rows = self.distill_of_row[rows]
+        distill_rows = distill_rows[distill_rows >= 0]
+        distill_tokens = None
+        if len(distill_rows):
+            distill_tokens = self.distill.plain.response_mask[distill_rows].sum().clamp(min=1.0)
+        return MiniBatchNorm(float(self.batch.response_mask[rows].sum().clamp(min=1.0)), len(rows), distill_tokens)
+
+    def micro_batch(self, rows: np.ndarray, device: torch.device) -> MicroBatch:
+        """The micro-batch of ``rows`` ((m,) indices) on ``device``."""
+        idx = torch.as_tensor(rows)
+        distill_rows = self.distill_of_row[idx]
+
+        def take(values: torch.Tensor | None) -> torch.Tensor | None:
+            return None if values is None else values[idx].to(device)
+
+        return MicroBatch(idx, self.batch.packed.select(idx).to(device), take(self.advantages),
+                          take(self.old_log_probs), take(self.ref_log_probs), take(self.returns),
+                          take(self.old_values), self.distill, distill_rows[distill_rows >= 0])
+
+
+class MetricsAccumulator:
+    """Averages an update's metrics over its micro- and mini-batches.
+
+    The loss terms in ``SUMMED_METRICS`` of a mini-batch's micro-batches are shares of the mini-batch's loss:
+    they are summed per mini-batch, and the mini-batch losses averaged. Every other micro-batch metric (clip
+    fractions, ...) is averaged over micro-batches, and ``actor/grad_norm`` over mini-batches.
+    """
+
+    def __init__(self):
+        self._values: dict[str, list[float]] = {}
+        self._mini_batch_losses: dict[str, float] = {}
+
+    def add_micro_batch(self, metrics: dict[str, float]) -> None:
+        for key, value in metrics.items():
+            if key in SUMMED_METRICS:
+                self._mini_batch_losses[key] = self._mini_batch_losses.get(key, 0.0) + float(value)
+            else:
+                self._values.setdefault(key, []).append(float(value))
+
+    def end_mini_batch(self, grad_norm: torch.Tensor | float) -> None:
+        for key, value in self._mini_batch_losses.items():
+            self._values.setdefault(key, []).append(value)
+        self._mini_batch_losses = {}
+        self._values.setdefault("actor/grad_norm", []).append(float(grad_norm))
+
+    def averages(self) -> dict[str, float]:
+        return {key: float(np.mean(values)) for key, values in self._values.items()}
+
+
 class PolicyUpdater:
     """Runs PPO-family epochs over a StepBatch for the policy (and the critic when one is given)."""
 
@@ -166,95 +275,120 @@ class PolicyUpdater:
         old_values: torch.Tensor | None = None,
         distill: DistillationInputs | None = None,
     ) -> dict[str, float]:
-        """PPO epochs over mini-batches; returns averaged metrics (actor/*, critic/*, distill/*)."""
-        from verl.trainer.ppo.core_algos import agg_loss, compute_value_loss, kl_penalty
+        """PPO epochs over mini-batches; returns averaged metrics (actor/*, critic/*, distill/*).
 
+        Args:
+            batch: the n step samples, responses (n, R).
+            advantages, old_log_probs: (n, R).
+            ref_log_probs: (n, R), needed with the KL loss.
+            returns, old_values: (n, R), needed with a critic.
+            distill: the rows trained toward their privileged (experience-carrying) prompt, if any.
+        """
         s = self.settings
-        n = len(batch)
-        mask = batch.response_mask
-        totals: dict[str, list[float]] = {}
-        distill_of_row = torch.full((n,), -1, dtype=torch.long)
-        if distill is not None:
-            distill_of_row[distill.rows] = torch.arange(len(distill.rows))
-        skip_zero = (s.loss_mode in ADVANTAGE_LINEAR_LOSSES and not s.use_kl_loss and s.entropy_coeff == 0.0
-                     and distill is None and self.critic is None)
-        has_signal = (advantages.abs().sum(-1) > 0).numpy() if skip_zero else np.ones(n, dtype=bool)
+        if s.use_kl_loss and ref_log_probs is None:
+            raise ValueError("use_kl_loss is set but update() got no ref_log_probs")
+        if self.critic is not None and (returns is None or old_values is None):
+            raise ValueError("the updater has a critic but update() got no returns or old_values")
+        targets = UpdateTargets(batch, advantages, old_log_probs, ref_log_probs, returns, old_values, distill)
+        trained = targets.rows_to_train(self._skips_zero_advantage_rows(distill))
+        metrics = MetricsAccumulator()
         self.model.train()
         for _ in range(s.ppo_epochs):
-            order = self.rng.permutation(n) if s.shuffle else np.arange(n)
+            order = self.rng.permutation(len(batch)) if s.shuffle else np.arange(len(batch))
             for mini in _chunks(order, s.mini_batch_size):
-                self.optimizer.zero_grad(set_to_none=True)
-                if self.critic_optimizer is not None:
-                    self.critic_optimizer.zero_grad(set_to_none=True)
-                mini_mask = mask[mini]
-                batch_info = {"dp_size": 1, "batch_num_tokens": float(mini_mask.sum().clamp(min=1.0)),
-                              "global_batch_size": len(mini)}
-                # A frozen dataclass field holding a dict: update the dict in place.
-                self.actor_config.global_batch_info.clear()
-                self.actor_config.global_batch_info.update(batch_info)
-                distill_rows = distill_of_row[mini]
-                distill_tokens = None
-                if distill is not None and (distill_rows >= 0).any():
-                    distill_tokens = distill.plain.response_mask[distill_rows[distill_rows >= 0]].sum().clamp(min=1.0)
-                mini_metrics: dict[str, float] = {}
-                for micro in _chunks(mini[has_signal[mini]], s.micro_batch_size):
-                    idx = torch.as_tensor(micro)
-                    dev = self.device
-                    packed = batch.packed.select(idx).to(dev)
-                    m_mask = packed.response_mask
-                    with self.autocast():
-                        logits = response_logits(self.model, packed)
-                    logp = token_logprobs(logits, packed.responses, s.temperature)
-                    pg_loss, pg_metrics = self.policy_loss_fn(
-                        old_log_probs[idx].to(dev), logp, advantages[idx].to(dev), m_mask, s.loss_agg_mode,
-                        self.actor_config, None)
-                    loss = pg_loss
-                    metrics = {"actor/pg_loss": pg_loss.item(), **pg_metrics}
-                    if s.entropy_coeff != 0.0:
-                        entropy = agg_loss(entropy_from_logits(logits, s.temperature), m_mask, s.loss_agg_mode,
-                                           **batch_info)
-                        loss = loss - s.entropy_coeff * entropy
-                        metrics["actor/entropy"] = entropy.item()
-                    if s.use_kl_loss:
-                        kld = kl_penalty(logp, ref_log_probs[idx].to(dev), s.kl_loss_type)
-                        kl = agg_loss(kld, m_mask, s.loss_agg_mode, **batch_info)
-                        loss = loss + s.kl_loss_coef * kl
-                        metrics["actor/kl_loss"] = kl.item()
-                    del logits
-                    if distill_tokens is not None:
-                        d_rows = distill_of_row[idx]
-                        d_rows = d_rows[d_rows >= 0]
-                        if len(d_rows):
-                            d_loss = self._distill_loss(distill, d_rows) * (
-                                distill.plain.response_mask[d_rows].sum() / distill_tokens).item()
-                            loss = loss + distill.weight * d_loss
-                            metrics["distill/loss"] = d_loss.item()
-                    loss.backward()
-                    if self.critic is not None:
-                        with self.autocast():
-                            vpreds = self.critic(packed)
-                        vf_loss, vf_clipfrac = compute_value_loss(
-                            vpreds, returns[idx].to(dev), old_values[idx].to(dev), m_mask, s.cliprange_value, s.loss_agg_mode,
-                            batch_num_tokens=batch_info["batch_num_tokens"], global_batch_size=len(mini))
-                        vf_loss.backward()
-                        metrics.update({"critic/vf_loss": vf_loss.item(), "critic/vf_clipfrac": vf_clipfrac.item()})
-                    for key, value in metrics.items():
-                        # Loss terms of micro-batches are shares of the mini-batch loss: sum them.
-                        if key in SUMMED_METRICS:
-                            mini_metrics[key] = mini_metrics.get(key, 0.0) + float(value)
-                        else:
-                            totals.setdefault(key, []).append(float(value))
-                for key, value in mini_metrics.items():
-                    totals.setdefault(key, []).append(value)
-                grad_norm = torch.nn.utils.clip_grad_norm_(
-                    [p for p in self.model.parameters() if p.requires_grad], s.grad_clip)
-                totals.setdefault("actor/grad_norm", []).append(float(grad_norm))
-                if torch.isfinite(grad_norm):
-                    self.optimizer.step()
-                if self.critic is not None:
-                    torch.nn.utils.clip_grad_norm_(self.critic.parameters(), s.grad_clip)
-                    self.critic_optimizer.step()
-        return {key: float(np.mean(values)) for key, values in totals.items()}
+                self._zero_grad()
+                norm = targets.mini_batch_norm(mini)
+                for rows in _chunks(mini[trained[mini]], s.micro_batch_size):
+                    metrics.add_micro_batch(self._backward(targets.micro_batch(rows, self.device), norm))
+                metrics.end_mini_batch(self._step())
+        return metrics.averages()
+
+    def _skips_zero_advantage_rows(self, distill: DistillationInputs | None) -> bool:
+        """Whether rows with zero advantage add nothing to the loss's gradient (so can be skipped)."""
+        s = self.settings
+        return (s.loss_mode in ADVANTAGE_LINEAR_LOSSES and not s.use_kl_loss and s.entropy_coeff == 0.0
+                and distill is None and self.critic is None)
+
+    def _zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.critic_optimizer is not None:
+            self.critic_optimizer.zero_grad(set_to_none=True)
+
+    def _backward(self, micro: MicroBatch, norm: MiniBatchNorm) -> dict[str, float]:
+        """Accumulate the micro-batch's share of the mini-batch gradients (policy, then critic); its metrics."""
+        loss, metrics = self.policy_loss(micro, norm)
+        loss.backward()
+        if self.critic is not None:
+            vf_loss, vf_metrics = self.critic_loss(micro, norm)
+            vf_loss.backward()
+            metrics.update(vf_metrics)
+        return metrics
+
+    def _step(self) -> torch.Tensor:
+        """Clip and apply the accumulated gradients; the policy's pre-clip gradient norm (a 0-dim tensor).
+        A non-finite policy gradient skips the policy's step."""
+        s = self.settings
+        grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
+                                                   s.grad_clip)
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+        if self.critic is not None:
+            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), s.grad_clip)
+            self.critic_optimizer.step()
+        return grad_norm
+
+    def policy_loss(self, micro: MicroBatch, norm: MiniBatchNorm) -> tuple[torch.Tensor, dict[str, float]]:
+        """The micro-batch's share of its mini-batch's policy loss, and the micro-batch's metrics.
+
+        The loss is verl's policy loss, minus ``entropy_coeff`` times the entropy, plus ``kl_loss_coef`` times
+        the KL to the reference, plus the distillation weight times the distillation loss, each aggregated
+        over the micro-batch's (m, R) tokens but normalised by the mini-batch's totals (``norm``): the
+        micro-batches' losses sum to the mini-batch's loss, so do their gradients.
+        """
+        from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
+
+        s = self.settings
+        mask = micro.packed.response_mask
+        # verl's policy losses read the mini-batch totals from the actor config; a frozen dataclass field
+        # holding a dict, so the dict is updated in place.
+        self.actor_config.global_batch_info.clear()
+        self.actor_config.global_batch_info.update(norm.agg_kwargs())
+        with self.autocast():
+            logits = response_logits(self.model, micro.packed)
+        logp = token_logprobs(logits, micro.packed.responses, s.temperature)
+        pg_loss, pg_metrics = self.policy_loss_fn(micro.old_log_probs, logp, micro.advantages, mask,
+                                                  s.loss_agg_mode, self.actor_config, None)
+        loss = pg_loss
+        metrics = {"actor/pg_loss": pg_loss.item(), **pg_metrics}
+        if s.entropy_coeff != 0.0:
+            entropy = agg_loss(entropy_from_logits(logits, s.temperature), mask, s.loss_agg_mode,
+                               **norm.agg_kwargs())
+            loss = loss - s.entropy_coeff * entropy
+            metrics["actor/entropy"] = entropy.item()
+        if s.use_kl_loss:
+            kl = agg_loss(kl_penalty(logp, micro.ref_log_probs, s.kl_loss_type), mask, s.loss_agg_mode,
+                          **norm.agg_kwargs())
+            loss = loss + s.kl_loss_coef * kl
+            metrics["actor/kl_loss"] = kl.item()
+        del logits  # (m, R, vocab): free it before the distillation's two forward passes
+        if len(micro.distill_rows):
+            share = (micro.distill.plain.response_mask[micro.distill_rows].sum() / norm.distill_tokens).item()
+            d_loss = self._distill_loss(micro.distill, micro.distill_rows) * share
+            loss = loss + micro.distill.weight * d_loss
+            metrics["distill/loss"] = d_loss.item()
+        return loss, metrics
+
+    def critic_loss(self, micro: MicroBatch, norm: MiniBatchNorm) -> tuple[torch.Tensor, dict[str, float]]:
+        """The micro-batch's share of its mini-batch's clipped value loss (verl's), and its metrics."""
+        from verl.trainer.ppo.core_algos import compute_value_loss
+
+        s = self.settings
+        with self.autocast():
+            vpreds = self.critic(micro.packed)
+        vf_loss, vf_clipfrac = compute_value_loss(
+            vpreds, micro.returns, micro.old_values, micro.packed.response_mask, s.cliprange_value,
+            s.loss_agg_mode, batch_num_tokens=norm.batch_num_tokens, global_batch_size=norm.global_batch_size)
+        return vf_loss, {"critic/vf_loss": vf_loss.item(), "critic/vf_clipfrac": vf_clipfrac.item()}
 
     def _distill_loss(self, distill: DistillationInputs, rows: torch.Tensor) -> torch.Tensor:
         """Token-mean divergence of the student (plain prompt) from the detached teacher (with experiences)."""
