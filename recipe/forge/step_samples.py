@@ -15,8 +15,9 @@ there everything is shared:
 The engines keep only the packing into their tensors.
 
 Step groups. ``gigpo`` groups a task group's steps by anchor observation. ``forge`` groups them by the
-observation cluster that drove retrieval (``cluster_id``); a step without one (a rollout that ran without the
-experience system) is an error on both engines, not a silent fallback to anchors: such a run is GiGPO, and
+observation cluster that drove retrieval (``cluster_id``); while forge's step part is on (``use_step_rewards`` and
+``step_advantage_w != 0``) a step without one (a rollout that ran without the experience system) is an error on
+both engines and in verl's registry entry, not a silent fallback to anchors: such a run is GiGPO, and
 ``algorithm.adv_estimator=gigpo`` says so.
 """
 
