@@ -104,6 +104,18 @@ def failed_result(reason: str, obs: str = "") -> StepResult:
     return StepResult(obs=obs, reward=0.0, terminated=True, truncated=False, info={"won": False, "failure_reason": reason})
 
 
+def task_seeds(split: str, count: int, val_seed_offset: int, rng: np.random.Generator | None = None) -> np.ndarray:
+    """(count,) int64 seeds of ``split``'s tasks, the rule both engines use. Train: drawn by ``rng`` from
+    [0, val_seed_offset); val: val_seed_offset + 0..count-1, the same held-out tasks every time (no rng)."""
+    if split == "val":
+        return int(val_seed_offset) + np.arange(count, dtype=np.int64)
+    if split != "train":
+        raise ValueError(f"split={split!r} is not one of ['train', 'val']")
+    if rng is None:
+        raise ValueError("training task seeds are drawn: task_seeds('train', ...) needs an rng")
+    return rng.integers(0, int(val_seed_offset), size=count, dtype=np.int64)
+
+
 @dataclass
 class Observations:
     """What the manager hands the rollout for a set of environments (aligned lists).
@@ -193,11 +205,9 @@ class EnvironmentManagerBase:
 
     # ----- task seeds -----
     def next_task_seeds(self) -> np.ndarray:
-        """Seeds of the next B tasks. Train: random in [0, val_seed_offset); val: val_seed_offset + 0..B-1,
-        the same held-out tasks at every validation pass."""
-        if self.split == "val":
-            return self.config.val_seed_offset + np.arange(self.num_tasks, dtype=np.int64)
-        return self.task_rng.integers(0, self.config.val_seed_offset, size=self.num_tasks, dtype=np.int64)
+        """Seeds of the next B tasks of this manager's split (:func:`task_seeds`); training draws advance
+        ``task_rng``."""
+        return task_seeds(self.split, self.num_tasks, self.config.val_seed_offset, self.task_rng)
 
     # ----- episode driving -----
     def _reset_state(self) -> None:

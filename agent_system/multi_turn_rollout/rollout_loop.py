@@ -1,9 +1,10 @@
 """TrajectoryCollector: runs B x G episodes with any Generator and returns one training sample per step.
 
-Per step, for the environments still active only: the raw (anchor) observation goes to the optional
-experience provider, ``injection.experience_messages`` places the experience text (by default [system: experience
-text (when non-empty), user: prompt]), the generator answers all of them in one call, the manager projects and
-applies the answers, and the optional step observer sees the new StepRecords. Finished environments cost no generation.
+Per step, for the environments still active only: the shared step path (``step.prepare_steps``) retrieves the
+experiences for the raw (anchor) observations and builds the messages (by default [system: experience text (when
+non-empty), user: prompt]), the generator answers all of them in one call, the manager projects and applies the
+answers, ``step.finish_step`` makes the StepRecords and the optional step observer sees them. Finished
+environments cost no generation.
 """
 
 from __future__ import annotations
@@ -15,29 +16,17 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from agent_system.environments.base import EnvironmentManagerBase, Observations
-from agent_system.environments.projection import valid_unicode
-from agent_system.multi_turn_rollout.injection import experience_messages
 from agent_system.multi_turn_rollout.protocols import (
     ExperienceProvider,
     Generator,
-    Message,
     RolloutBatch,
     SamplingParams,
-    StepExperience,
     StepObserver,
     StepQuery,
     StepRecord,
     TrajectoryRecord,
 )
-
-_INFO_DROP = ("image",)  # large per-step info entries not kept in the records
-
-
-def build_messages(prompt: str, image: np.ndarray | None, experience: StepExperience) -> tuple[list[Message], list[Message]]:
-    """(messages given to the policy, the same without experiences); the experience text goes where its
-    ``placement`` says (:func:`agent_system.multi_turn_rollout.injection.experience_messages`)."""
-    return (experience_messages(experience.text, prompt, experience.placement, image),
-            experience_messages("", prompt, image=image))
+from agent_system.multi_turn_rollout.step import finish_step, prepare_steps, response_text
 
 
 def failure_category(reason: str) -> str:
@@ -205,44 +194,16 @@ class TrajectoryCollector:
             StepQuery(anchor_obs=obs.anchor[i], task=tasks[i], task_type=task_types[i], uid=envs.uids[i], traj_uid=envs.traj_uids[i], step=int(envs.step_count[i]))
             for i in idx
         ]
-        experiences = list(provider.provide(queries)) if provider is not None else [StepExperience() for _ in idx]
-        if len(experiences) != len(idx):
-            raise ValueError(f"experience provider returned {len(experiences)} results for {len(idx)} queries")
-        conversations = [build_messages(obs.text[i], obs.image[i], e) for i, e in zip(idx, experiences)]
-        outputs = generator.generate([c[0] for c in conversations], sampling)
+        prepared = prepare_steps(queries, [obs.text[i] for i in idx], [obs.image[i] for i in idx], provider)
+        outputs = generator.generate([p.messages for p in prepared], sampling)
         self.generation_calls += 1
         if len(outputs) != len(idx):
             raise ValueError(f"generator returned {len(outputs)} outputs for {len(idx)} conversations")
-        texts = [valid_unicode(out.text) for out in outputs]  # nothing downstream sees unencodable text
         actions: list[str | None] = [None] * envs.num_envs
-        for i, text in zip(idx, texts):
-            actions[i] = text
+        for i, out in zip(idx, outputs):
+            actions[i] = response_text(out)
         next_obs, rewards, dones, infos = envs.step(actions)
-        records = []
-        for (i, out, text), exp, (messages, plain), q in zip(zip(idx, outputs, texts), experiences, conversations,
-                                                              queries):
-            info: dict[str, Any] = {k: v for k, v in infos[i].items() if k not in _INFO_DROP}
-            records.append(
-                StepRecord(
-                    uid=q.uid,
-                    traj_uid=q.traj_uid,
-                    step=q.step,
-                    anchor_obs=q.anchor_obs,
-                    messages=messages,
-                    plain_messages=plain,
-                    response_text=text,
-                    action=str(info.get("action", "")),
-                    prompt_ids=list(out.prompt_ids),
-                    response_ids=list(out.response_ids),
-                    logprobs=list(out.logprobs),
-                    reward=float(rewards[i]),
-                    is_action_valid=bool(info.get("is_action_valid", False)),
-                    done=bool(dones[i]),
-                    cluster_id=exp.cluster_id,
-                    experience_ids=tuple(exp.entry_ids),
-                    info=info,
-                )
-            )
+        records = [finish_step(p, out, rewards[i], dones[i], infos[i]) for i, p, out in zip(idx, prepared, outputs)]
         return records, next_obs
 
 

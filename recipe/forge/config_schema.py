@@ -50,7 +50,7 @@ def known_adv_estimators() -> list[str]:
     """verl's registry (with our plugin's entries) plus the estimators verl's trainer handles inline."""
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, AdvantageEstimator
 
-    from recipe.forge.core_forge import register_with_verl
+    from recipe.forge.estimator_registry import register_with_verl
 
     register_with_verl()
     return sorted(set(ADV_ESTIMATOR_REGISTRY) | {e.value for e in AdvantageEstimator})

@@ -55,6 +55,18 @@ def test_validation_seeds_are_held_out_and_fixed():
     assert not set(train_seeds) & set(v1)
 
 
+def test_task_seed_rule_names_bad_splits_and_needs_an_rng_to_draw():
+    from agent_system.environments.base import task_seeds
+
+    assert task_seeds("val", 3, 50).tolist() == [50, 51, 52]
+    drawn = task_seeds("train", 200, 50, np.random.default_rng(0))
+    assert drawn.dtype == np.int64 and drawn.min() >= 0 and drawn.max() < 50
+    with pytest.raises(ValueError, match="needs an rng"):
+        task_seeds("train", 3, 50)
+    with pytest.raises(ValueError, match=r"split='test' is not one of \['train', 'val'\]"):
+        task_seeds("test", 3, 50)
+
+
 def play(manager, seeds, actions):
     obs, _ = manager.reset(seeds)
     trace = [tuple(obs.anchor)]

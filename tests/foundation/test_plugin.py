@@ -20,7 +20,7 @@ def test_import_verl_registers_estimators_in_fresh_process(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["recipe.forge.core_forge", "recipe.forge.core_forge"]
+    assert out.stdout.split() == ["recipe.forge.estimator_registry", "recipe.forge.estimator_registry"]
 
 
 def test_recipe_imports_outside_repo_root(tmp_path):

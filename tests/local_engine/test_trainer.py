@@ -33,7 +33,7 @@ def test_one_iteration_changes_weights_and_rollout_logprobs_match(tmp_path, taug
     batch = build_step_batch(rollout, trainer.tokenizer.pad_token_id, 0.95, 0.1)
     recomputed = trainer.updater.log_probs(model, batch.packed)
     assert torch.allclose(recomputed, batch.old_log_probs, atol=1e-4)
-    assert 0 < batch.is_action_valid.mean() < 1  # the fixture policy gives a mixed, informative batch
+    assert 0 < batch.samples.is_action_valid.mean() < 1  # the fixture policy gives a mixed, informative batch
 
     before = params_of(model)
     metrics = trainer.train_iteration(0)

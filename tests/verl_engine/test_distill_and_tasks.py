@@ -71,6 +71,9 @@ def test_task_files_hold_train_and_held_out_validation_seeds(run_config_factory,
     assert len(train) == 4 * 5 and len(val) == 6
     assert (train_seeds < 1000).all() and (train_seeds >= 0).all()
     np.testing.assert_array_equal(val_seeds, 1000 + np.arange(6))
+    # the embedded engine's rule: each iteration draws its 4 tasks from one generator seeded with env.seed
+    rng = np.random.default_rng(int(cfg.env.seed))
+    np.testing.assert_array_equal(train_seeds, np.concatenate([rng.integers(0, 1000, size=4) for _ in range(5)]))
     assert set(train["agent_name"]) == {"forge_agent"} and set(val["data_source"]) == {"sokoban"}
     assert [e["index"] for e in val["extra_info"]] == list(range(6))
     # the same env.seed gives the same tasks

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from agent_system.config_checks import ConfigError
-from recipe.forge.engines.verl.agent_loop import build_messages
+from agent_system.multi_turn_rollout.step import build_messages
+from recipe.forge.engines.verl.agent_loop import view_image
 from recipe.forge.engines.verl.episode import EpisodeView
 from recipe.forge.engines.verl.library_driver import LibraryDriver, rows_to_trajectories
 from recipe.forge.experience.metrics import reward_metrics
@@ -81,37 +82,43 @@ def test_run_verl_rejects_a_bad_config_before_starting_anything(run_config_facto
     assert not (tmp_path / "forge_tasks").exists()
 
 
-def test_messages_place_experiences_as_configured_and_images_in_the_user_turn():
+def test_the_agent_loop_gives_the_shared_message_builder_its_image_as_a_pil_image():
     from agent_system.multi_turn_rollout.protocols import StepExperience
 
-    view = EpisodeView(prompt="the room", anchor_obs="#", image=None, task="t", task_type=None)
-    assert build_messages(StepExperience(), view) == [{"role": "user", "content": "the room"}]
-    assert build_messages(StepExperience("tip"), view)[0] == {"role": "system", "content": "tip"}
-    assert build_messages(StepExperience("tip", placement="user_suffix"), view) == [
-        {"role": "user", "content": "the room\n\ntip"}]
+    text_view = EpisodeView(prompt="the room", anchor_obs="#", image=None, task="t", task_type=None)
+    assert view_image(text_view) is None
     image_view = EpisodeView(prompt="the room", anchor_obs="#", image=np.zeros((4, 4, 3), np.uint8), task="t", task_type=None)
-    user = build_messages(StepExperience(), image_view)[-1]["content"]
+    messages, plain = build_messages(image_view.prompt, view_image(image_view), StepExperience("tip"))
+    user = plain[-1]["content"]
     assert user[0]["type"] == "image" and user[0]["image"].size == (4, 4) and user[1] == {"type": "text", "text": "the room"}
+    assert messages[0] == {"role": "system", "content": "tip"} and messages[1] == plain[0]
 
 
 @pytest.mark.parametrize("task_score", [None, 0.8])
 def test_agent_loop_rows_carry_the_final_task_score_where_the_env_has_one(task_score):
     from types import SimpleNamespace
 
-    from agent_system.multi_turn_rollout.protocols import StepExperience
-    from recipe.forge.engines.verl.agent_loop import ForgeAgentLoop
+    from agent_system.multi_turn_rollout.protocols import GenerationOutput, StepQuery
+    from agent_system.multi_turn_rollout.step import finish_step, prepare_steps
+    from recipe.forge.engines.verl.agent_loop import EpisodeStep, ForgeAgentLoop, ServerGeneration
     from recipe.forge.engines.verl.episode import StepOutcome
 
     view = EpisodeView(prompt="p", anchor_obs="page", image=None, task="buy shoes", task_type=None)
 
-    def step(reward, score):
-        outcome = StepOutcome(reward=reward, done=False, is_action_valid=True, action="click[x]", won=False, failure_reason=None, task_score=score)
-        return {"prompt_ids": [1, 2], "response_ids": [3], "logprobs": [0.0], "text": "<action>click[x]</action>", "multi_modal_data": None,
-                "server_fields": {}, "student_prompt_ids": None, "view": view, "outcome": outcome, "experience": StepExperience(), "gen_seconds": 0.1}
+    def step(index, reward, score):
+        outcome = StepOutcome(reward=reward, done=False, is_action_valid=True, action="click[x]", won=False,
+                              failure_reason=None, task_score=score,
+                              info={"action": "click[x]", "is_action_valid": True})
+        output = GenerationOutput("<action>click[x]</action>", [1, 2], [3], [0.0])
+        query = StepQuery(anchor_obs="page", task="buy shoes", task_type=None, uid="u", traj_uid="u-0", step=index)
+        [prepared] = prepare_steps([query], [view.prompt], [None], None)
+        record = finish_step(prepared, output, outcome.reward, outcome.done, outcome.info)
+        generation = ServerGeneration(output, has_logprobs=True, multi_modal_data=None, server_fields={})
+        return EpisodeStep(record, prepared.experience, view, outcome, generation, 0.1, None)
 
     fake_loop = SimpleNamespace(tokenizer=SimpleNamespace(eos_token_id=0))
     first_score = None if task_score is None else 0.0
-    rows = ForgeAgentLoop._outputs(fake_loop, [step(0.0, first_score), step(0.0, task_score)], "u-0", 2, False, 0.5)
+    rows = ForgeAgentLoop._outputs(fake_loop, [step(0, 0.0, first_score), step(1, 0.0, task_score)], 2, 0.5)
     infos = [row.extra_fields["reward_extra_info"] for row in rows]
     if task_score is None:
         assert all("task_score" not in info for info in infos)

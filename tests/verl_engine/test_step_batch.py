@@ -1,5 +1,6 @@
 """The forge trainer's advantage step on a synthetic batch (no Ray): token-level scores, discounted step
-returns with the invalid-action penalty, padding rows, and agreement with recipe/forge/core_forge.py."""
+returns with the invalid-action penalty, padding rows, and agreement with recipe/forge/core_forge.py; the
+shared step-sample core (recipe/forge/step_samples.py) read from verl rows."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from recipe.forge.config_schema import ForgeAlgoConfig
 from recipe.forge.core_forge import compute_forge_advantage, compute_gigpo_advantage
 from recipe.forge.engines.verl import step_batch
 from recipe.forge.engines.verl.trainer import compute_batch_advantages
+from recipe.forge.step_samples import StepSamples, step_returns
 
 GAMMA = 0.5
 COEF = 0.1
@@ -49,9 +51,9 @@ def batch():
 
 def test_step_returns_by_hand(batch):
     rows, *_ = batch
-    steps = step_batch.step_arrays(rows[:6])
+    steps = StepSamples.from_rows(rows[:6])
     # a: R0 = 0 + .5*(-1) + .25*10 = 2, R1 = -1 + 5 = 4 (-0.1 invalid), R2 = 10; b: 0, 0; c: 1
-    np.testing.assert_allclose(step_batch.step_returns(steps, GAMMA, COEF), [2.0, 10.0, 3.9, 0.0, 0.0, 1.0])
+    np.testing.assert_allclose(step_returns(steps, GAMMA, COEF), [2.0, 10.0, 3.9, 0.0, 0.0, 1.0])
 
 
 def test_token_scores_sit_on_the_last_response_token(batch):
@@ -101,7 +103,7 @@ def test_rows_without_step_fields_are_named(batch):
 
 def test_episode_metrics_count_each_episode_once(batch):
     rows, *_ = batch
-    m = step_batch.episode_metrics(step_batch.step_arrays(rows[:6]))
+    m = step_batch.episode_metrics(StepSamples.from_rows(rows[:6]))
     assert m["success_rate"] == pytest.approx(1 / 3)
     assert m["episode_reward/mean"] == pytest.approx((9 + 0 + 1) / 3)
     assert m["episode_length/mean"] == pytest.approx(2.0)

@@ -1,13 +1,14 @@
-"""Advantages for a StepBatch with any estimator: forge and gigpo with their step inputs, GAE with the
-critic's values, and every other estimator of verl's registry called by name, as verl's trainer calls it."""
+"""Advantages for a StepBatch with any estimator: forge and gigpo through the step-sample core
+(recipe/forge/step_samples.py, shared with the verl engine), GAE with the critic's values, and every other estimator of verl's registry called by name, as verl's trainer calls it."""
 
 from __future__ import annotations
 
 import torch
 
 from recipe.forge.config_schema import ForgeAlgoConfig
-from recipe.forge.core_forge import compute_forge_advantage, compute_gigpo_advantage, register_with_verl
 from recipe.forge.engines.local.batch import StepBatch
+from recipe.forge.estimator_registry import register_with_verl
+from recipe.forge.step_samples import STEP_ESTIMATORS, samples_advantage
 
 # Estimators that need inputs a multi-turn step batch does not have: a greedy baseline rollout (remax) or
 # several reward dimensions (gdpo). They are rejected at start-up with this explanation.
@@ -53,25 +54,8 @@ def compute_advantages(
     name = algorithm.adv_estimator
     check_estimator(name)
     rewards, mask = batch.token_level_rewards, batch.response_mask
-    if name == "forge":
-        settings = algorithm.forge
-        keys = batch.cluster_id
-        if any(k is None for k in keys):
-            # No observation index ran (no experience system): group steps by exact anchor, as GiGPO does.
-            keys = batch.anchor_obs
-        return compute_forge_advantage(
-            rewards, batch.step_returns, mask, batch.uid, batch.traj_uid, keys,
-            use_step_rewards=settings.use_step_rewards, step_advantage_w=settings.step_advantage_w,
-            mode=settings.mode, episode_norm_over=settings.episode_norm_over,
-        )
-    if name == "gigpo":
-        settings = algorithm.gigpo
-        return compute_gigpo_advantage(
-            rewards, batch.step_returns, mask, batch.anchor_obs, batch.uid, batch.traj_uid,
-            step_advantage_w=settings.step_advantage_w, mode=settings.mode,
-            enable_similarity=settings.enable_similarity, similarity_thresh=settings.similarity_thresh,
-            episode_norm_over=settings.episode_norm_over,
-        )
+    if name in STEP_ESTIMATORS:
+        return samples_advantage(name, rewards, mask, batch.samples, batch.step_returns, algorithm)
     if name == "gae":
         if values is None:
             raise ValueError("adv_estimator 'gae' needs critic values (critic.enable=true)")

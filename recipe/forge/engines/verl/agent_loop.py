@@ -1,8 +1,10 @@
 """``forge_agent``: verl's AgentLoopBase running one SLEA-RL episode per ``run()``.
 
-Per step: the library (latest published snapshot) retrieves experiences for the raw observation, the messages
-``[system: experiences, user: observation prompt]`` are tokenised with verl's Continuous Token builder, verl's
-server manager generates, and the response is projected and applied to the environment in a thread pool.
+Per step, through the step path both engines share (agent_system/multi_turn_rollout/step.py): the library (latest
+published snapshot) retrieves experiences for the raw observation and the messages are built
+(``prepare_steps``); they are tokenised with verl's Continuous Token builder and verl's server manager generates;
+the response is projected and applied to the environment in a thread pool, and ``finish_step`` makes the step's
+StepRecord, whose fields become the training row's extra_fields.
 
 ``run()`` returns one AgentLoopOutput per step; verl stores each as its own training row. Two verl 0.9.1
 behaviours shape the output:
@@ -16,6 +18,7 @@ behaviours shape the output:
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
@@ -24,9 +27,9 @@ from PIL import Image
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from agent_system.environments.config import env_config_from_mapping
-from agent_system.multi_turn_rollout.injection import experience_messages
-from agent_system.multi_turn_rollout.protocols import StepExperience, StepQuery
-from recipe.forge.engines.verl.episode import EpisodeSession, EpisodeView
+from agent_system.multi_turn_rollout.protocols import GenerationOutput, StepExperience, StepQuery, StepRecord
+from agent_system.multi_turn_rollout.step import finish_step, prepare_steps, response_text
+from recipe.forge.engines.verl.episode import EpisodeSession, EpisodeView, StepOutcome
 from recipe.forge.engines.verl.library_channel import NO_LIBRARY, WORKER_LIBRARY
 
 AGENT_NAME = "forge_agent"
@@ -43,11 +46,32 @@ def with_action_stop(sampling_params: dict[str, Any], backend: str) -> dict[str,
     return {**sampling_params, "stop": list(dict.fromkeys([*stop, *ACTION_STOP])), keep: True}
 
 
-def build_messages(experience: StepExperience, view: EpisodeView) -> list[dict[str, Any]]:
-    """The step's messages by the shared rule (agent_system/multi_turn_rollout/injection.py), with the image as a
-    PIL image in image mode; no experience text gives the plain prompt."""
-    image = Image.fromarray(view.image) if view.image is not None else None
-    return experience_messages(experience.text, view.prompt, experience.placement, image)
+def view_image(view: EpisodeView) -> Image.Image | None:
+    """The step's image as verl's processor takes it (a PIL image), None in text mode."""
+    return Image.fromarray(view.image) if view.image is not None else None
+
+
+@dataclass
+class ServerGeneration:
+    """One response from verl's server manager: the generation, and what the training row needs besides it."""
+
+    output: GenerationOutput
+    has_logprobs: bool  # the server returned log-probs (the row then carries them)
+    multi_modal_data: dict[str, Any] | None
+    server_fields: dict[str, Any]  # the server's extra fields (the policy versions that generated it)
+
+
+@dataclass
+class EpisodeStep:
+    """One step of the episode: its StepRecord and what its training row carries besides."""
+
+    record: StepRecord
+    experience: StepExperience
+    view: EpisodeView  # the view the step was taken in (prompt, task)
+    outcome: StepOutcome
+    generation: ServerGeneration
+    gen_seconds: float
+    student_prompt_ids: list[int] | None  # the plain prompt's ids (self-distillation), None otherwise
 
 
 @register(AGENT_NAME)
@@ -80,50 +104,33 @@ class ForgeAgentLoop(AgentLoopBase):
         env_seconds = time.perf_counter()
         view = await session.reset()
         env_seconds = time.perf_counter() - env_seconds
-        steps: list[dict[str, Any]] = []
-        won = False
+        steps: list[EpisodeStep] = []
         try:
             while not session.done and len(steps) < session.max_steps:
-                experience = self._retrieve(provider, view, uid, traj_uid, len(steps))
-                messages = build_messages(experience, view)
+                query = StepQuery(anchor_obs=view.anchor_obs, task=view.task, task_type=view.task_type, uid=uid,
+                                  traj_uid=traj_uid, step=len(steps))
+                [prepared] = prepare_steps([query], [view.prompt], [view_image(view)], provider)
                 started = time.perf_counter()
-                generated = await self._generate(messages, sampling_params)
+                generation = await self._generate(prepared.messages, sampling_params)
                 gen_seconds = time.perf_counter() - started
                 # self-distillation: the row keeps the context the policy acted in (PPO stays on-policy); the
                 # plain prompt is the student's view, scored by the trainer against this row's (teacher) context
-                generated["student_prompt_ids"] = None
-                if self.distill and experience.text:
-                    generated["student_prompt_ids"] = [
-                        *await self.ct_build_initial_tokens(build_messages(StepExperience(), view)), *self.prefix_ids
-                    ]
+                student_prompt_ids = None
+                if self.distill and prepared.experience.text:
+                    student_prompt_ids = [*await self.ct_build_initial_tokens(prepared.plain_messages), *self.prefix_ids]
                 started = time.perf_counter()
-                outcome, next_view = await session.step(generated["text"])
+                outcome, next_view = await session.step(response_text(generation.output))
                 env_seconds += time.perf_counter() - started
-                won = outcome.won
-                steps.append(
-                    {
-                        **generated,
-                        "view": view,
-                        "outcome": outcome,
-                        "experience": experience,
-                        "gen_seconds": gen_seconds,
-                    }
-                )
+                record = finish_step(prepared, generation.output, outcome.reward, outcome.done, outcome.info)
+                steps.append(EpisodeStep(record, prepared.experience, view, outcome, generation, gen_seconds,
+                                         student_prompt_ids))
                 view = next_view
         finally:
             await session.close()
-        return self._outputs(steps, traj_uid, version, won, env_seconds)
+        return self._outputs(steps, version, env_seconds)
 
     # ------------------------------------------------------------------ steps
-    def _retrieve(self, provider: Any, view: EpisodeView, uid: str, traj_uid: str, step: int) -> StepExperience:
-        if provider is None:
-            return StepExperience()
-        query = StepQuery(
-            anchor_obs=view.anchor_obs, task=view.task, task_type=view.task_type, uid=uid, traj_uid=traj_uid, step=step
-        )
-        return provider.provide([query])[0]
-
-    async def _generate(self, messages: list[dict[str, Any]], sampling_params: dict[str, Any]) -> dict[str, Any]:
+    async def _generate(self, messages: list[dict[str, Any]], sampling_params: dict[str, Any]) -> ServerGeneration:
         if self.processor is None and not isinstance(messages[-1]["content"], str):
             raise ValueError(
                 f"env {self.env_config.env_name!r} gives image observations (mode=rgb_array) but "
@@ -137,78 +144,80 @@ class ForgeAgentLoop(AgentLoopBase):
             request_id=uuid4().hex, prompt_ids=prompt_ids, sampling_params=sampling_params, image_data=images
         )
         response_ids = list(output.token_ids[: self.response_length])
-        logprobs = list(output.log_probs[: self.response_length]) if output.log_probs else None
-        return {
-            "prompt_ids": prompt_ids,
-            "response_ids": response_ids,
-            "logprobs": logprobs,
-            "text": self.response_prefix + self.tokenizer.decode(response_ids, skip_special_tokens=True),
-            "multi_modal_data": multi_modal_data or None,
-            "server_fields": dict(output.extra_fields),
-        }
+        logprobs = list(output.log_probs[: self.response_length]) if output.log_probs else []
+        text = self.response_prefix + self.tokenizer.decode(response_ids, skip_special_tokens=True)
+        return ServerGeneration(
+            output=GenerationOutput(text=text, prompt_ids=prompt_ids, response_ids=response_ids, logprobs=logprobs),
+            has_logprobs=bool(output.log_probs),
+            multi_modal_data=multi_modal_data or None,
+            server_fields=dict(output.extra_fields),
+        )
 
     # ---------------------------------------------------------------- outputs
-    def _outputs(
-        self, steps: list[dict[str, Any]], traj_uid: str, version: int, won: bool, env_seconds: float
-    ) -> list[AgentLoopOutput]:
-        episode_return = float(sum(s["outcome"].reward for s in steps))
-        n_valid = sum(s["outcome"].is_action_valid for s in steps)
-        failure = next((s["outcome"].failure_reason for s in steps if s["outcome"].failure_reason), None)
+    def _outputs(self, steps: list[EpisodeStep], version: int, env_seconds: float) -> list[AgentLoopOutput]:
+        """One AgentLoopOutput per step: the StepRecord's fields as extra_fields (step_batch.STEP_FIELDS and the
+        episode fields the driver reads back), every row with the episode's outcome."""
+        records = [s.record for s in steps]
+        episode_return = float(sum(r.reward for r in records))
+        won = steps[-1].outcome.won if steps else False
+        failure = next((s.outcome.failure_reason for s in steps if s.outcome.failure_reason), None)
         outcome_info = {
             "episode_return": episode_return,
             "success": float(won),
             "episode_length": float(len(steps)),
-            "valid_action_ratio": float(n_valid / max(len(steps), 1)),
+            "valid_action_ratio": float(sum(r.is_action_valid for r in records) / max(len(steps), 1)),
         }
-        if steps and steps[-1]["outcome"].task_score is not None:
+        if steps and steps[-1].outcome.task_score is not None:
             # WebShop / AppWorld's graded outcome; verl's validation aggregates every reward_extra_info key
-            outcome_info["task_score"] = float(steps[-1]["outcome"].task_score)
+            outcome_info["task_score"] = float(steps[-1].outcome.task_score)
         outputs = []
-        for index, s in enumerate(steps):
-            response_ids, logprobs = s["response_ids"], s["logprobs"]
+        for s in steps:
+            record = s.record
+            response_ids = record.response_ids
+            logprobs = record.logprobs if s.generation.has_logprobs else None
             mask = [1] * len(response_ids)
             if not response_ids:
                 # An empty generation still is a step of the episode; one masked EOS keeps the row well formed.
                 response_ids, mask = [self.tokenizer.eos_token_id], [0]
                 logprobs = [0.0] if logprobs is not None else None
-            view, outcome, experience = s["view"], s["outcome"], s["experience"]
             extra = {
-                "step_reward": outcome.reward,
-                "is_action_valid": outcome.is_action_valid,
-                "anchor_obs": view.anchor_obs,
-                "cluster_id": None if experience.cluster_id is None else int(experience.cluster_id),
-                "traj_uid": traj_uid,
-                "step_index": index,
+                "step_reward": record.reward,
+                "is_action_valid": record.is_action_valid,
+                "anchor_obs": record.anchor_obs,
+                "cluster_id": None if record.cluster_id is None else int(record.cluster_id),
+                "traj_uid": record.traj_uid,
+                "step_index": record.step,
                 "episode_return": episode_return,
                 "success": won,
                 "library_version": int(version) if version is not None else NO_LIBRARY,
-                "action": outcome.action,
-                "response_text": s["text"],
-                "task": view.task,
-                "task_type": view.task_type,
-                "experience_ids": list(experience.entry_ids),
-                "experience_text": experience.text,
-                "experience_placement": experience.placement,
-                "prompt_text": view.prompt,
-                "experience_fallback": bool(experience.fallback),
-                "student_prompt_ids": s["student_prompt_ids"],
+                "action": record.action,
+                "response_text": record.response_text,
+                "task": s.view.task,
+                "task_type": s.view.task_type,
+                "experience_ids": list(record.experience_ids),
+                "experience_text": s.experience.text,
+                "experience_placement": s.experience.placement,
+                "prompt_text": s.view.prompt,
+                "experience_fallback": bool(s.experience.fallback),
+                "student_prompt_ids": s.student_prompt_ids,
                 "failure_reason": failure,
                 "reward_extra_info": dict(outcome_info),
             }
-            global_steps = s["server_fields"].get("global_steps")
-            extra["min_global_steps"] = s["server_fields"].get("min_global_steps", global_steps)
-            extra["max_global_steps"] = s["server_fields"].get("max_global_steps", global_steps)
+            server_fields = s.generation.server_fields
+            global_steps = server_fields.get("global_steps")
+            extra["min_global_steps"] = server_fields.get("min_global_steps", global_steps)
+            extra["max_global_steps"] = server_fields.get("max_global_steps", global_steps)
             outputs.append(
                 AgentLoopOutput(
-                    prompt_ids=s["prompt_ids"],
+                    prompt_ids=record.prompt_ids,
                     response_ids=response_ids,
                     response_mask=mask,
                     response_logprobs=logprobs,
-                    multi_modal_data=s["multi_modal_data"],
+                    multi_modal_data=s.generation.multi_modal_data,
                     reward_score=episode_return,
                     num_turns=2,
                     metrics=AgentLoopMetrics(
-                        generate_sequences=s["gen_seconds"], tool_calls=env_seconds / max(len(steps), 1)
+                        generate_sequences=s.gen_seconds, tool_calls=env_seconds / max(len(steps), 1)
                     ),
                     extra_fields=extra,
                 )

@@ -16,7 +16,7 @@ import asyncio
 import dataclasses
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -62,6 +62,7 @@ class StepOutcome:
     won: bool
     failure_reason: str | None
     task_score: float | None = None  # info["task_score"] where the environment reports one (WebShop, AppWorld)
+    info: dict[str, Any] = field(default_factory=dict)  # the environment's step info (what finish_step reads)
 
 
 class EpisodeSession:
@@ -146,6 +147,7 @@ class EpisodeSession:
             won=bool(self._manager.won[0]),
             failure_reason=self._manager.failure_reason[0],
             task_score=None if info.get("task_score") is None else float(info["task_score"]),
+            info=info,
         )
         self._view = self._make_view(obs, info)
         return outcome, self._view

@@ -13,37 +13,40 @@ from typing import Any, Sequence
 
 import ray
 
-from agent_system.multi_turn_rollout.injection import experience_messages
-from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
+from agent_system.multi_turn_rollout.protocols import StepExperience, StepRecord, TrajectoryRecord
+from agent_system.multi_turn_rollout.step import build_messages
 from recipe.forge.experience.metrics import RetrievalStats, reward_metrics
 from recipe.forge.engines.verl.library_channel import get_or_create_broker
 
 
 def rows_to_step_records(rows: Sequence[dict]) -> list[StepRecord]:
-    """One StepRecord per row, in row order (token ids are not carried: evolution works on text)."""
-    return [
-        StepRecord(
-            uid=str(r["traj_uid"]).rsplit("-", 1)[0],
-            traj_uid=str(r["traj_uid"]),
-            step=int(r["step_index"]),
-            anchor_obs=str(r["anchor_obs"]),
-            messages=experience_messages(r.get("experience_text", ""), r.get("prompt_text", ""),
-                                         r.get("experience_placement", "system")),
-            plain_messages=experience_messages("", r.get("prompt_text", "")),
-            response_text=str(r.get("response_text", "")),
-            action=str(r.get("action", "")),
-            prompt_ids=[],
-            response_ids=[],
-            logprobs=[],
-            reward=float(r["step_reward"]),
-            is_action_valid=bool(r["is_action_valid"]),
-            done=False,
-            cluster_id=None if r.get("cluster_id") is None else int(r["cluster_id"]),
-            experience_ids=tuple(r.get("experience_ids") or ()),
-            info={"library_version": int(r.get("library_version", -1))},
-        )
-        for r in rows
-    ]
+    """One StepRecord per row, in row order, read back from the fields the agent loop wrote from its StepRecords
+    (token ids are not carried: evolution works on text; the messages are rebuilt by the shared rule)."""
+    return [_row_to_step_record(r) for r in rows]
+
+
+def _row_to_step_record(r: dict) -> StepRecord:
+    experience = StepExperience(str(r.get("experience_text") or ""), placement=r.get("experience_placement", "system"))
+    messages, plain = build_messages(r.get("prompt_text", ""), None, experience)
+    return StepRecord(
+        uid=str(r["traj_uid"]).rsplit("-", 1)[0],
+        traj_uid=str(r["traj_uid"]),
+        step=int(r["step_index"]),
+        anchor_obs=str(r["anchor_obs"]),
+        messages=messages,
+        plain_messages=plain,
+        response_text=str(r.get("response_text", "")),
+        action=str(r.get("action", "")),
+        prompt_ids=[],
+        response_ids=[],
+        logprobs=[],
+        reward=float(r["step_reward"]),
+        is_action_valid=bool(r["is_action_valid"]),
+        done=False,
+        cluster_id=None if r.get("cluster_id") is None else int(r["cluster_id"]),
+        experience_ids=tuple(r.get("experience_ids") or ()),
+        info={"library_version": int(r.get("library_version", -1))},
+    )
 
 
 def rows_to_trajectories(rows: Sequence[dict]) -> list[TrajectoryRecord]:

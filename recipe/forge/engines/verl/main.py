@@ -25,6 +25,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from agent_system.config_checks import ConfigError
+from agent_system.environments import base as env_base
 from recipe.forge.config_schema import validate_config
 from recipe.forge.engines.verl.cpu.settings import apply_cpu_settings, resolve_device, use_cpu_platform_in_this_process
 from recipe.forge.engines.verl.agent_loop import AGENT_NAME
@@ -48,11 +49,11 @@ def task_rows(env_name: str, seeds: np.ndarray, split: str) -> pd.DataFrame:
 
 
 def task_seeds(env_cfg: Any, num_train: int, num_val: int) -> tuple[np.ndarray, np.ndarray]:
-    """Training seeds in [0, val_seed_offset) from ``env.seed``; validation seeds val_seed_offset + 0..num_val-1."""
+    """Training and validation seeds by the embedded engine's rule (agent_system.environments.base.task_seeds),
+    the training ones drawn from ``env.seed``."""
+    offset = int(env_cfg.val_seed_offset)
     rng = np.random.default_rng(int(env_cfg.seed))
-    train = rng.integers(0, int(env_cfg.val_seed_offset), size=num_train, dtype=np.int64)
-    val = int(env_cfg.val_seed_offset) + np.arange(num_val, dtype=np.int64)
-    return train, val
+    return env_base.task_seeds("train", num_train, offset, rng), env_base.task_seeds("val", num_val, offset)
 
 
 def write_task_files(cfg: DictConfig, out_dir: str) -> tuple[str, str]:

@@ -17,7 +17,7 @@ from recipe.forge.engines.verl.cpu import register as register_cpu_backend
 
 register_cpu_backend()
 
-from recipe.forge.core_forge import register_with_verl  # noqa: E402
+from recipe.forge.estimator_registry import register_with_verl  # noqa: E402
 
 register_with_verl()
 

@@ -5,7 +5,7 @@ Select it with ``trainer.v1.trainer_mode=forge`` (run_verl does). Compared with 
 * advantage step: rows are per-step samples of the ``forge_agent`` loop. Their token-level score is rebuilt
   from extra_fields (episode return minus the step's invalid-action penalty; verl's own reward_score is the
   last step's), and ``forge`` / ``gigpo`` group steps by (uid, cluster) / (uid, anchor) with discounted step
-  returns through recipe/forge/core_forge.py. Every other estimator in verl's registry runs verl's own step
+  returns, through the step-sample core both engines share (recipe/forge/step_samples.py). Every other estimator in verl's registry runs verl's own step
   on the rebuilt scores;
 * after each iteration, on the driver: episode metrics, library evolution from the iteration's trajectories,
   publication of the new library version to the agent-loop workers, forge/* metrics, and a library checkpoint
@@ -37,6 +37,8 @@ from recipe.forge.distillation import distillation_weight
 from recipe.forge.engines.verl import step_batch
 from recipe.forge.engines.verl.distill import check_distillation_config, distillation_advantage
 from recipe.forge.engines.verl.library_driver import LibraryDriver, RolloutServerLLM
+from recipe.forge.step_samples import (STEP_ESTIMATORS, StepSamples, samples_advantage, section_value, step_returns,
+                                       token_level_scores)
 
 logger = logging.getLogger(__name__)
 
@@ -89,20 +91,18 @@ def compute_batch_advantages(
         object array: the step-group key each trained row was grouped by (None elsewhere)}.
     """
     idx = np.flatnonzero(real)
-    steps = step_batch.step_arrays([extra_fields[i] for i in idx])
-    coef = float(step_batch._get(algorithm, "invalid_action_penalty_coef"))
+    samples = StepSamples.from_rows([extra_fields[i] for i in idx], uid[idx])
+    coef = float(section_value(algorithm, "invalid_action_penalty_coef"))
     mask = response_mask[idx]
     scores = torch.zeros(response_mask.shape, dtype=torch.float32)
-    scores[idx] = step_batch.token_level_scores(steps, mask, coef)
+    scores[idx] = token_level_scores(samples, mask, coef)
     out: dict[str, Any] = {"rm_scores": scores}
-    if estimator in step_batch.STEP_ESTIMATORS:
-        returns = step_batch.step_returns(steps, float(step_batch._get(algorithm, "gamma")), coef)
+    if estimator in STEP_ESTIMATORS:
+        returns = step_returns(samples, float(section_value(algorithm, "gamma")), coef)
         trained = (mask.sum(-1) > 0).numpy()
         rows = idx[trained]
-        kept = step_batch.take(steps, trained)
-        adv, _ = step_batch.compute_step_advantage(
-            estimator, scores[rows], response_mask[rows], uid[rows], kept, algorithm, returns=returns[trained]
-        )
+        kept = samples.take(trained)
+        adv, _ = samples_advantage(estimator, scores[rows], response_mask[rows], kept, returns[trained], algorithm)
         advantages = torch.zeros(response_mask.shape, dtype=torch.float32)
         advantages[rows] = adv.to(torch.float32)
         out["advantages"] = advantages
@@ -186,7 +186,7 @@ class ForgeTrainer(PPOTrainerSync):
     # ------------------------------------------------------------ advantage step
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         estimator = str(self.config.algorithm.adv_estimator)
-        step_level = estimator in step_batch.STEP_ESTIMATORS
+        step_level = estimator in STEP_ESTIMATORS
         if step_level and self.config.algorithm.use_kl_in_reward:
             raise ValueError(f"algorithm.use_kl_in_reward is not supported with the {estimator!r} estimator")
         rows = read_rows(batch)
@@ -317,7 +317,7 @@ class ForgeTrainer(PPOTrainerSync):
         # drove their retrieval (the workers' ids), which is what a step's record keeps otherwise
         clusters = self.library.absorb(steps)
         self._iteration_rows = [{**row, "cluster_id": cluster} for row, cluster in zip(steps, clusters)]
-        metrics.update(step_batch.episode_metrics(step_batch.step_arrays(self._iteration_rows)))
+        metrics.update(step_batch.episode_metrics(StepSamples.from_rows(self._iteration_rows)))
         return batch
 
     def on_step_end(self):

@@ -1,0 +1,102 @@
+"""One environment step of SLEA-RL, shared by both engines, as a pair of pure functions around the generation.
+
+* :func:`prepare_steps`: the step's queries (raw anchor observations) -> the experience provider's experiences ->
+  the messages given to the policy (:func:`build_messages`);
+* the engine generates: the embedded engine for a batch of environments in one call (HFGenerator), the verl
+  engine for one episode per coroutine (verl's server manager); either way one GenerationOutput per step;
+* the engine applies :func:`response_text` to the environment; :func:`finish_step` turns the prepared step, its
+  generation and the environment's answer into the step's :class:`StepRecord`.
+
+The environment step sits between generation and ``finish_step`` in both engines (a batched manager call on the
+embedded engine, a thread-pool call per episode on verl's), so it is an argument here, not a call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from agent_system.environments.projection import valid_unicode
+from agent_system.multi_turn_rollout.injection import experience_messages
+from agent_system.multi_turn_rollout.protocols import (
+    ExperienceProvider,
+    GenerationOutput,
+    Message,
+    StepExperience,
+    StepQuery,
+    StepRecord,
+)
+
+INFO_DROP = ("image",)  # large per-step info entries not kept in the records
+
+
+@dataclass
+class PreparedStep:
+    """A step ready for generation: its query, the experience retrieved for it, and the two views of its prompt."""
+
+    query: StepQuery
+    experience: StepExperience
+    messages: list[Message]  # what the policy is given (experiences placed as ``experience.placement`` says)
+    plain_messages: list[Message]  # the same prompt without experiences (the distillation student's view)
+
+
+def build_messages(prompt: str, image: Any | None, experience: StepExperience) -> tuple[list[Message], list[Message]]:
+    """(messages given to the policy, the same without experiences) of one step.
+
+    The experience text goes where its ``placement`` says (:func:`agent_system.multi_turn_rollout.injection.
+    experience_messages`); ``image`` is passed through as the engine's model input wants it (an HxWx3 array on
+    the embedded engine, a PIL image on verl's), None in text mode.
+    """
+    return (experience_messages(experience.text, prompt, experience.placement, image),
+            experience_messages("", prompt, image=image))
+
+
+def prepare_steps(queries: Sequence[StepQuery], prompts: Sequence[str], images: Sequence[Any | None],
+                  provider: ExperienceProvider | None) -> list[PreparedStep]:
+    """Retrieve one experience per query (one provider call for all; none without a provider) and build the
+    messages of each step; ``prompts`` and ``images`` are the observation prompts and images, aligned with
+    ``queries``."""
+    if not len(queries) == len(prompts) == len(images):
+        raise ValueError(f"prepare_steps needs aligned inputs, got {len(queries)} queries, {len(prompts)} prompts "
+                         f"and {len(images)} images")
+    experiences = list(provider.provide(queries)) if provider is not None else [StepExperience() for _ in queries]
+    if len(experiences) != len(queries):
+        raise ValueError(f"experience provider returned {len(experiences)} results for {len(queries)} queries")
+    prepared = []
+    for query, prompt, image, experience in zip(queries, prompts, images, experiences):
+        messages, plain = build_messages(prompt, image, experience)
+        prepared.append(PreparedStep(query, experience, messages, plain))
+    return prepared
+
+
+def response_text(output: GenerationOutput) -> str:
+    """The text the environment is given for a generation: nothing downstream sees unencodable text."""
+    return valid_unicode(output.text)
+
+
+def finish_step(prepared: PreparedStep, output: GenerationOutput, reward: float, done: bool,
+                info: dict[str, Any]) -> StepRecord:
+    """The StepRecord of a generated and applied step; ``reward``, ``done`` and ``info`` are the environment's
+    answer to :func:`response_text` of ``output`` (``info`` gives the projected ``action`` and
+    ``is_action_valid``; its ``image`` is not kept)."""
+    query, experience = prepared.query, prepared.experience
+    kept = {k: v for k, v in info.items() if k not in INFO_DROP}
+    return StepRecord(
+        uid=query.uid,
+        traj_uid=query.traj_uid,
+        step=query.step,
+        anchor_obs=query.anchor_obs,
+        messages=prepared.messages,
+        plain_messages=prepared.plain_messages,
+        response_text=response_text(output),
+        action=str(kept.get("action", "")),
+        prompt_ids=list(output.prompt_ids),
+        response_ids=list(output.response_ids),
+        logprobs=list(output.logprobs),
+        reward=float(reward),
+        is_action_valid=bool(kept.get("is_action_valid", False)),
+        done=bool(done),
+        cluster_id=experience.cluster_id,
+        experience_ids=tuple(experience.entry_ids),
+        info=kept,
+    )

@@ -1,0 +1,174 @@
+"""The step-sample core both engines share (recipe/forge/step_samples.py): samples from StepRecords and from verl
+rows agree, token-level scores and penalised step returns by hand and against a naive loop, the estimators'
+advantage, and the one rule for forge steps without a cluster id (an error on every path)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from agent_system.multi_turn_rollout.protocols import RolloutBatch, StepRecord, TrajectoryRecord
+from recipe.forge.config_schema import ForgeAlgoConfig, ForgeConfig, GiGPOConfig
+from recipe.forge.core_forge import compute_forge_advantage, compute_gigpo_advantage
+from recipe.forge.step_samples import (
+    StepSamples,
+    samples_advantage,
+    step_advantage,
+    step_returns,
+    token_level_scores,
+)
+
+GAMMA, COEF = 0.5, 0.1
+# (uid, traj_uid, step, reward, valid, anchor, cluster); episode returns: a 9, b 0, c 1
+STEPS = [
+    ("u1", "u1-a", 0, 0.0, True, "start", 7),
+    ("u1", "u1-a", 1, -1.0, False, "mid", 8),
+    ("u1", "u1-a", 2, 10.0, True, "end", 9),
+    ("u1", "u1-b", 0, 0.0, True, "start", 7),
+    ("u1", "u1-b", 1, 0.0, True, "mid", 8),
+    ("u2", "u2-c", 0, 1.0, True, "start", 7),
+]
+RETURNS = {"u1-a": 9.0, "u1-b": 0.0, "u2-c": 1.0}
+SUCCESS = {"u1-a": True, "u1-b": False, "u2-c": True}
+
+
+def records(cluster: bool = True) -> list[StepRecord]:
+    return [
+        StepRecord(uid=u, traj_uid=t, step=s, anchor_obs=a, messages=[], plain_messages=[], response_text="",
+                   action="", prompt_ids=[1, 2], response_ids=[3] * (s + 1), logprobs=[0.0] * (s + 1), reward=r,
+                   is_action_valid=v, done=False, cluster_id=c if cluster else None)
+        for u, t, s, r, v, a, c in STEPS
+    ]
+
+
+def rows() -> list[dict]:
+    """The extra_fields the verl agent loop writes for the same steps."""
+    return [
+        {"step_reward": r, "is_action_valid": v, "anchor_obs": a, "cluster_id": c, "traj_uid": t, "step_index": s,
+         "episode_return": RETURNS[t], "success": SUCCESS[t], "library_version": 0}
+        for u, t, s, r, v, a, c in STEPS
+    ]
+
+
+def test_samples_from_records_and_from_verl_rows_agree():
+    local = StepSamples.from_records(records(), RETURNS, SUCCESS)
+    verl = StepSamples.from_rows(rows(), [u for u, *_ in STEPS])
+    derived_uid = StepSamples.from_rows(rows())  # verl's uid is the traj_uid's prefix
+    for name, value in vars(local).items():
+        np.testing.assert_array_equal(value, getattr(verl, name), err_msg=name)
+        np.testing.assert_array_equal(value, getattr(derived_uid, name), err_msg=name)
+    assert local.episode_return.tolist() == [9.0, 9.0, 9.0, 0.0, 0.0, 1.0]
+    assert len(local.take(np.array([0, 5]))) == 2 and local.take(local.success).traj_uid.tolist() == [
+        "u1-a", "u1-a", "u1-a", "u2-c"]
+
+
+def test_rows_without_step_fields_are_named():
+    broken = rows()
+    del broken[3]["traj_uid"]
+    with pytest.raises(ValueError, match=r"1 batch rows \(first: 3\).*forge_agent"):
+        StepSamples.from_rows(broken)
+
+
+def test_step_returns_by_hand():
+    samples = StepSamples.from_records(records(), RETURNS, SUCCESS)
+    # a: R0 = 0 + .5*(-1) + .25*10 = 2, R1 = -1 + .5*10 = 4, minus 0.1 (invalid) = 3.9, R2 = 10; b: 0, 0; c: 1
+    np.testing.assert_allclose(step_returns(samples, GAMMA, COEF), [2.0, 3.9, 10.0, 0.0, 0.0, 1.0])
+
+
+def test_step_returns_match_a_naive_loop_on_shuffled_steps():
+    rng = np.random.default_rng(0)
+    steps = [(f"t{t}", s, float(rng.normal()), bool(rng.random() < 0.7)) for t in range(5) for s in range(rng.integers(1, 6))]
+    order = rng.permutation(len(steps))
+    shuffled = [steps[i] for i in order]
+    samples = StepSamples.from_rows([
+        {"step_reward": r, "is_action_valid": v, "anchor_obs": "", "cluster_id": 0, "traj_uid": t, "step_index": s,
+         "episode_return": 0.0, "success": False} for t, s, r, v in shuffled
+    ])
+    expected = []
+    for t, s, _, v in shuffled:
+        later = sorted((k, r) for tt, k, r, _ in steps if tt == t and k >= s)
+        expected.append(sum(GAMMA ** (k - s) * r for k, r in later) - COEF * (not v))
+    np.testing.assert_allclose(step_returns(samples, GAMMA, COEF), expected, atol=1e-12)
+
+
+def test_token_level_scores_sit_on_the_last_response_token():
+    samples = StepSamples.from_records(records(), RETURNS, SUCCESS)
+    mask = torch.zeros(6, 4, dtype=torch.int64)
+    for i, n in enumerate([1, 3, 2, 0, 4, 2]):
+        mask[i, :n] = 1
+    scores = token_level_scores(samples, mask, COEF)
+    assert scores.dtype == torch.float32
+    expected = torch.zeros(6, 4)
+    expected[0, 0], expected[1, 2], expected[2, 1], expected[4, 3], expected[5, 1] = 9.0, 8.9, 9.0, 0.0, 1.0
+    torch.testing.assert_close(scores, expected)  # row 3 has no response token: no score
+
+
+def _inputs():
+    samples = StepSamples.from_records(records(), RETURNS, SUCCESS)
+    mask = torch.ones(6, 3)
+    scores = token_level_scores(samples, mask, COEF)
+    return samples, mask, scores, step_returns(samples, GAMMA, COEF)
+
+
+def test_forge_advantage_groups_steps_by_cluster_and_matches_the_core():
+    samples, mask, scores, returns = _inputs()
+    algorithm = ForgeAlgoConfig(gamma=GAMMA, invalid_action_penalty_coef=COEF)
+    adv, ret = samples_advantage("forge", scores, mask, samples, returns, algorithm)
+    expected, _ = compute_forge_advantage(scores, returns, mask, samples.uid, samples.traj_uid, samples.cluster_id)
+    torch.testing.assert_close(adv, expected)
+    torch.testing.assert_close(ret, expected)
+    # row 0 by hand: episode 9 - mean(9, 8.9, 9, 0, 0) = 3.62; step group (u1, 7) = {2.0, 0.0} -> +1
+    assert float(adv[0, 0]) == pytest.approx(3.62 + 1.0, abs=1e-5)
+
+
+def test_gigpo_advantage_groups_steps_by_anchor_and_matches_the_core():
+    samples, mask, scores, returns = _inputs()
+    samples.cluster_id[:] = None  # gigpo never reads clusters
+    adv, _ = samples_advantage("gigpo", scores, mask, samples, returns, {"gigpo": GiGPOConfig()})
+    expected, _ = compute_gigpo_advantage(scores, returns, mask, samples.anchor_obs, samples.uid, samples.traj_uid)
+    torch.testing.assert_close(adv, expected)
+
+
+def test_a_forge_step_without_cluster_id_is_an_error_naming_the_way_out():
+    samples, mask, scores, returns = _inputs()
+    samples.cluster_id[2] = None
+    with pytest.raises(ValueError, match=r"1 of 6 steps came without a cluster id.*adv_estimator=gigpo"):
+        samples_advantage("forge", scores, mask, samples, returns, {"forge": ForgeConfig()})
+    with pytest.raises(ValueError, match="the steps came without a cluster id"):
+        step_advantage("forge", scores, mask, returns, samples.uid, samples.traj_uid, settings=ForgeConfig())
+
+
+def test_forge_without_its_step_part_needs_no_cluster_ids():
+    samples, mask, scores, returns = _inputs()
+    samples.cluster_id[:] = None
+    episode_only, _ = compute_forge_advantage(scores, returns, mask, samples.uid, samples.traj_uid, None,
+                                              use_step_rewards=False)
+    for settings in (ForgeConfig(use_step_rewards=False), ForgeConfig(step_advantage_w=0.0)):
+        adv, _ = samples_advantage("forge", scores, mask, samples, returns, {"forge": settings})
+        torch.testing.assert_close(adv, episode_only)
+
+
+def test_other_estimators_are_not_step_level():
+    samples, mask, scores, returns = _inputs()
+    with pytest.raises(ValueError, match="'grpo' is not a step-level estimator"):
+        samples_advantage("grpo", scores, mask, samples, returns, ForgeAlgoConfig())
+
+
+def test_the_local_engine_and_the_registry_apply_the_same_cluster_rule():
+    from recipe.forge.engines.local.advantages import compute_advantages
+    from recipe.forge.engines.local.batch import build_step_batch
+    from recipe.forge.estimator_registry import forge_adv_estimator
+
+    steps = records(cluster=False)
+    trajectories = [TrajectoryRecord(uid=t.split("-")[0], traj_uid=t, task="", task_type=None,
+                                     steps=[s for s in steps if s.traj_uid == t], episode_reward=RETURNS[t],
+                                     success=SUCCESS[t], length=0) for t in RETURNS]
+    batch = build_step_batch(RolloutBatch(steps=steps, trajectories=trajectories), 0, GAMMA, COEF)
+    algorithm = ForgeAlgoConfig(adv_estimator="forge", gamma=GAMMA, invalid_action_penalty_coef=COEF)
+    with pytest.raises(ValueError, match="6 of 6 steps came without a cluster id"):
+        compute_advantages(batch, algorithm)
+    with pytest.raises(ValueError, match="6 of 6 steps came without a cluster id"):
+        forge_adv_estimator(batch.token_level_rewards, batch.response_mask, index=batch.uid, config=algorithm,
+                            step_rewards=batch.step_returns, traj_index=batch.samples.traj_uid,
+                            step_group_keys=batch.samples.cluster_id)
