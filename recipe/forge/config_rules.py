@@ -90,6 +90,12 @@ class ForgeValues:
         check_choice(f"{p}.mode", self.mode, ADVANTAGE_MODES)
         check_choice(f"{p}.episode_norm_over", self.episode_norm_over, EPISODE_NORM_OVER)
         check_range(f"{p}.similarity_thresh", self.similarity_thresh, 0.0, 1.0)
+        if self.enable_similarity or self.similarity_thresh != 0.95:
+            raise ConfigError(
+                f"{p}.enable_similarity={self.enable_similarity}, {p}.similarity_thresh={self.similarity_thresh}: "
+                f"forge never reads these GiGPO keys (they stay at false and 0.95); its step groups are the "
+                f"observation clusters, set by {p}.enable_clustering and {p}.obs_similarity_threshold. GiGPO's "
+                "similarity grouping is algorithm.adv_estimator=gigpo with algorithm.gigpo.enable_similarity=true")
         check_int(f"{p}.golden_capacity_per_level", self.golden_capacity_per_level, 0)
         check_int(f"{p}.warning_capacity_per_level", self.warning_capacity_per_level, 0)
         for zone in ("golden", "warning"):
