@@ -220,6 +220,20 @@ class NearDuplicateIndex:
     def _fine_key(self, item_id: int, band: int) -> int:
         return int(self._hasher.fine_keys(np.frombuffer(self._coarse[item_id], dtype=np.uint64))[band])
 
+    def _band_members(self, text: str, limit: int) -> list[Iterable[int]]:
+        """Per band that holds anything for ``text``: the members read there, newest first. The coarse bucket while
+        it holds at most ``limit`` members, else the fine bucket, of which the newest ``limit``."""
+        bands = self.params.bands
+        coarse, fine = self._hasher.band_keys(text)
+        out: list[Iterable[int]] = []
+        for b in range(bands):
+            bucket = self._tables[b].get(coarse[b])
+            if type(bucket) is list and len(bucket) > limit:
+                bucket = self._tables[bands + b].get(fine[b])
+            if bucket is not None:
+                out.append((bucket,) if type(bucket) is int else islice(reversed(bucket), limit))
+        return out
+
     def candidates(self, text: str, threshold: float = 0.0) -> list[int]:
         """Ids worth confirming for ``text``: exact copies first, then ids sharing LSH bands with it, most shared
         bands first (ties: the order met), within the length bounds, at most ``max_candidates``.
@@ -230,19 +244,9 @@ class NearDuplicateIndex:
         exact = list(self._exact.get(text, ()))
         if self.exact_only:
             return exact
-        cap, bands = self.params.bucket_cap, self.params.bands
-        coarse, fine = self._hasher.band_keys(text)
         counts: Counter[int] = Counter()
-        for b in range(bands):
-            bucket = self._tables[b].get(coarse[b])
-            if type(bucket) is list and len(bucket) > cap:
-                bucket = self._tables[bands + b].get(fine[b])
-            if bucket is None:
-                continue
-            if type(bucket) is int:
-                counts[bucket] += 1
-            else:
-                counts.update(islice(reversed(bucket), cap))
+        for members in self._band_members(text, self.params.bucket_cap):
+            counts.update(members)
         low, high = length_bounds(len(text), threshold)
         lengths = self._len
         ranked = (i for i, _ in counts.most_common() if low <= lengths[i] <= high)
@@ -278,17 +282,8 @@ class NearDuplicateIndex:
         length bounds, the ``rescue_candidates`` sharing the most bands first (ties: smaller id)."""
         if self.exact_only or not self._text:
             return []
-        bands, bound = self.params.bands, self.params.rescue_candidates
-        coarse, fine = self._hasher.band_keys(text)
-        buckets = []
-        for b in range(bands):
-            bucket = self._tables[b].get(coarse[b])
-            if type(bucket) is list and len(bucket) > bound:
-                bucket = self._tables[bands + b].get(fine[b])
-            if bucket is None:
-                continue
-            buckets.append((bucket,) if type(bucket) is int else islice(reversed(bucket), bound))
-        members = np.fromiter(chain.from_iterable(buckets), dtype=np.int64)
+        bound = self.params.rescue_candidates
+        members = np.fromiter(chain.from_iterable(self._band_members(text, bound)), dtype=np.int64)
         if members.size == 0:
             return []
         ids, shared = np.unique(members, return_counts=True)
