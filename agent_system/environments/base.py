@@ -38,7 +38,7 @@ from __future__ import annotations
 import abc
 import importlib
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
@@ -121,12 +121,14 @@ class Observations:
     """What the manager hands the rollout for a set of environments (aligned lists).
 
     text: prompt for the policy (history and instructions included); anchor: raw observation only;
-    image: HxWx3 uint8 arrays in image mode, else None.
+    image: HxWx3 uint8 arrays in image mode, else None; admissible: the actions the environment lists for the
+    state (``info["admissible_actions"]``), empty where it lists none.
     """
 
     text: list[str]
     anchor: list[str]
     image: list[np.ndarray | None]
+    admissible: list[tuple[str, ...]]
 
 
 class EnvironmentManagerBase:
@@ -311,16 +313,21 @@ class EnvironmentManagerBase:
         """Observations of all environments, with prompts built only for the active ones ("" elsewhere:
         a finished environment is never prompted again)."""
         idx = np.flatnonzero(self.active).tolist()
-        built = self.observations(idx)
         text = [""] * self.num_envs
-        for j, i in enumerate(idx):
-            text[i] = built.text[j]
-        anchors = [self.anchor_observation(self.last_obs[i], self.last_info[i]) for i in range(self.num_envs)]
-        return Observations(text=text, anchor=anchors, image=[self.last_info[i].get("image") for i in range(self.num_envs)])
+        for i, prompt in zip(idx, self.build_text_obs(idx)):
+            text[i] = prompt
+        return replace(self._state_views(range(self.num_envs)), text=text)
 
     def observations(self, indices: Sequence[int]) -> Observations:
-        anchors = [self.anchor_observation(self.last_obs[i], self.last_info[i]) for i in indices]
-        return Observations(text=self.build_text_obs(indices), anchor=anchors, image=[self.last_info[i].get("image") for i in indices])
+        return replace(self._state_views(indices), text=self.build_text_obs(indices))
+
+    def _state_views(self, indices: Sequence[int]) -> Observations:
+        """Anchor, image and admissible actions of ``indices`` (no prompts: ``text`` is left empty)."""
+        infos = [self.last_info[i] for i in indices]
+        return Observations(text=[""] * len(infos),
+                            anchor=[self.anchor_observation(self.last_obs[i], info) for i, info in zip(indices, infos)],
+                            image=[info.get("image") for info in infos],
+                            admissible=[tuple(str(a) for a in info.get("admissible_actions") or ()) for info in infos])
 
     def build_text_obs(self, indices: Sequence[int]) -> list[str]:
         """Prompts for the given environments: task, current observation, the last ``history_length``

@@ -48,6 +48,7 @@ class StepQuery:
     uid: str
     traj_uid: str
     step: int
+    admissible_actions: tuple[str, ...] = ()  # the actions the environment lists for this state (none: empty)
 
 
 @dataclass
@@ -89,6 +90,7 @@ class StepRecord:
     cluster_id: int | None = None
     experience_ids: tuple[str, ...] = ()
     info: dict[str, Any] = field(default_factory=dict)
+    admissible_actions: tuple[str, ...] = ()  # the actions the environment listed at ``anchor_obs``
 
 
 @runtime_checkable

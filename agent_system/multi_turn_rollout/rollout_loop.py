@@ -191,7 +191,8 @@ class TrajectoryCollector:
         """One generation call for the active environments ``idx``, then one environment step; returns the
         step records and the next observations."""
         queries = [
-            StepQuery(anchor_obs=obs.anchor[i], task=tasks[i], task_type=task_types[i], uid=envs.uids[i], traj_uid=envs.traj_uids[i], step=int(envs.step_count[i]))
+            StepQuery(anchor_obs=obs.anchor[i], task=tasks[i], task_type=task_types[i], uid=envs.uids[i],
+                      traj_uid=envs.traj_uids[i], step=int(envs.step_count[i]), admissible_actions=obs.admissible[i])
             for i in idx
         ]
         prepared = prepare_steps(queries, [obs.text[i] for i in idx], [obs.image[i] for i in idx], provider)

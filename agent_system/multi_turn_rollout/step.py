@@ -99,4 +99,5 @@ def finish_step(prepared: PreparedStep, output: GenerationOutput, reward: float,
         cluster_id=experience.cluster_id,
         experience_ids=tuple(experience.entry_ids),
         info=kept,
+        admissible_actions=tuple(query.admissible_actions),
     )

@@ -50,12 +50,12 @@ def test_scaling_reports_the_worker_processes_that_ran():
 
 
 def test_groups_identical_detects_a_differing_copy(bench_module):
-    same = Observations(text=["p"] * 4, anchor=["a", "a", "b", "b"], image=[None] * 4)
+    same = Observations(text=["p"] * 4, anchor=["a", "a", "b", "b"], image=[None] * 4, admissible=[()] * 4)
     assert bench_module.groups_identical(same, 2)
-    differing_text = Observations(text=["p"] * 4, anchor=["a", "a", "b", "c"], image=[None] * 4)
+    differing_text = Observations(text=["p"] * 4, anchor=["a", "a", "b", "c"], image=[None] * 4, admissible=[()] * 4)
     assert not bench_module.groups_identical(differing_text, 2)
     img = np.zeros((2, 2, 3), dtype=np.uint8)
-    differing_image = Observations(text=["p"] * 2, anchor=["a", "a"], image=[img, img + 1])
+    differing_image = Observations(text=["p"] * 2, anchor=["a", "a"], image=[img, img + 1], admissible=[()] * 2)
     assert not bench_module.groups_identical(differing_image, 2)
 
 

@@ -51,6 +51,7 @@ def test_records_are_consistent_with_their_trajectories():
         for s in t.steps:
             assert s.response_ids == list(s.response_text.encode()) and len(s.logprobs) == len(s.response_ids)
             assert s.anchor_obs in s.messages[-1]["content"] and "Push" not in s.anchor_obs
+            assert s.admissible_actions == ("up", "down", "left", "right")  # the state's list, from the manager
     assert [t.uid for t in batch.trajectories][::2] == [t.uid for t in batch.trajectories][1::2]
     assert batch.steps == [s for t in batch.trajectories for s in t.steps]
     # metrics against a direct computation

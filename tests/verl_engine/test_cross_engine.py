@@ -98,6 +98,7 @@ def local_first_iteration(state, snapshot):
         "prompt_ids": [list(r.prompt_ids) for r in batch.records],
         "response_ids": [list(r.response_ids) for r in batch.records],
         "cluster_id": [r.cluster_id for r in batch.records],
+        "admissible": [tuple(r.admissible_actions) for r in batch.records],
         "advantage": advantages[:, 0].tolist(),
         "experiences": sum(bool(r.experience_ids) for r in batch.records),
     }
@@ -141,6 +142,7 @@ def verl_first_iteration(state, snapshot, verl_rollout):
         "prompt_ids": [prompts[i] for i in keep],  # nested (ragged) rows: no padding to strip
         "response_ids": [responses[i][: int(mask[i].sum())] for i in keep],
         "cluster_id": [extra[i]["cluster_id"] for i in keep],
+        "admissible": [tuple(extra[i]["admissible_actions"]) for i in keep],
         "advantage": [float(computed["advantages"][i, 0]) for i in keep],
     }
 
@@ -161,6 +163,8 @@ def test_both_engines_give_the_same_first_iteration(library_v1, verl_rollout):
             assert sorted(a[key]) == sorted(b[key]), (
                 f"{field} differ at task seed {key[0]}, step {key[1]}:\nlocal {decode(a[key][0])!r}\nverl  {decode(b[key][0])!r}"
             )
+    a, b = by_task_step(local["keys"], local["admissible"]), by_task_step(verl["keys"], verl["admissible"])
+    assert {k: sorted(v) for k, v in a.items()} == {k: sorted(v) for k, v in b.items()}
     a, b = by_task_step(local["keys"], local["advantage"]), by_task_step(verl["keys"], verl["advantage"])
     for key in a:
         np.testing.assert_allclose(sorted(a[key]), sorted(b[key]), rtol=1e-5, atol=1e-5, err_msg=str(key))

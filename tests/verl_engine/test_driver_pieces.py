@@ -21,7 +21,7 @@ def make_rows():
             "episode_return": ret, "success": success, "anchor_obs": obs, "cluster_id": None, "action": f"a{step}",
             "response_text": f"<action>a{step}</action>", "prompt_text": f"prompt {obs}", "experience_text": "",
             "task": "push the box", "task_type": None, "experience_ids": [], "library_version": 0,
-            "failure_reason": None,
+            "failure_reason": None, "admissible_actions": ["push", f"wait{step}"],
         }
 
     return [
@@ -38,6 +38,7 @@ def test_rows_regroup_into_ordered_trajectories():
     assert won.success and won.episode_reward == 9.9 and won.length == 2 and won.uid == "u"
     assert [s.done for s in won.steps] == [False, True]
     assert trajs["u-2"].steps[0].is_action_valid is False
+    assert [s.admissible_actions for s in won.steps] == [("push", "wait0"), ("push", "wait1")]
     assert won.steps[0].messages == [{"role": "user", "content": "prompt room A"}]
     m = reward_metrics(list(trajs.values()), 0.5)
     assert m["forge/reward_mean"] == pytest.approx((9.9 - 0.2) / 2) and m["forge/positive_ratio"] == 0.5

@@ -79,12 +79,13 @@ def faulty_cfg(**resources):
 
 
 async def play(cfg, seed: int, pool: ManagerPool | None, actions=MOVES, split="train") -> list[tuple]:
-    """One episode as the agent loop runs it; returns its transcript (prompt, anchor, reward, done, won, valid)."""
+    """One episode as the agent loop runs it; returns its transcript ((prompt, anchor, admissible actions) at reset,
+    then (prompt, anchor, reward, done, won, valid, failure) per step)."""
     session = EpisodeSession(cfg, split, seed, pool=pool)
     transcript = []
     try:
         view = await session.reset()
-        transcript.append((view.prompt, view.anchor_obs))
+        transcript.append((view.prompt, view.anchor_obs, view.admissible_actions))
         for action in actions:
             if session.done:
                 break
@@ -103,14 +104,16 @@ def run_sequential(cfg, seeds, pool, **kw):
     return asyncio.run(main())
 
 
-@pytest.mark.parametrize("cfg", [sokoban_cfg(), env_config("gym_cards/NumberLine-v0", n=8, max_steps=6)],
+@pytest.mark.parametrize("cfg, actions", [(sokoban_cfg(), ("up", "down", "left", "right")),
+                                         (env_config("gym_cards/NumberLine-v0", n=8, max_steps=6), ("+", "-"))],
                          ids=["sokoban", "numberline"])
-def test_sequential_episodes_share_one_manager_and_match_fresh_managers(cfg):
+def test_sequential_episodes_share_one_manager_and_match_fresh_managers(cfg, actions):
     seeds = [5, 11, 5, 42]
     pooled, fresh = ManagerPool(max_idle=4), ManagerPool(max_idle=0)
     got = run_sequential(cfg, seeds, pooled)
     want = run_sequential(cfg, seeds, fresh)
     assert got == want
+    assert all(episode[0][2] == actions for episode in got)  # the view lists the state's admissible actions
     assert got[0] == got[2] and got[0] != got[1]  # the seed, not the manager's history, decides the episode
     assert (pooled.built, pooled.reused, len(pooled)) == (1, 3, 1)
     assert (fresh.built, fresh.reused, len(fresh)) == (4, 0, 0)

@@ -108,7 +108,7 @@ class ForgeAgentLoop(AgentLoopBase):
         try:
             while not session.done and len(steps) < session.max_steps:
                 query = StepQuery(anchor_obs=view.anchor_obs, task=view.task, task_type=view.task_type, uid=uid,
-                                  traj_uid=traj_uid, step=len(steps))
+                                  traj_uid=traj_uid, step=len(steps), admissible_actions=view.admissible_actions)
                 [prepared] = prepare_steps([query], [view.prompt], [view_image(view)], provider)
                 started = time.perf_counter()
                 generation = await self._generate(prepared.messages, sampling_params)
@@ -191,6 +191,7 @@ class ForgeAgentLoop(AgentLoopBase):
                 "success": won,
                 "library_version": int(version) if version is not None else NO_LIBRARY,
                 "action": record.action,
+                "admissible_actions": list(record.admissible_actions),
                 "response_text": record.response_text,
                 "task": s.view.task,
                 "task_type": s.view.task_type,

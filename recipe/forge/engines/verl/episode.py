@@ -51,6 +51,7 @@ class EpisodeView:
     image: np.ndarray | None  # HxWx3 uint8 in image mode
     task: str
     task_type: str | None
+    admissible_actions: tuple[str, ...] = ()  # the actions the environment lists for this state
 
 
 @dataclass
@@ -159,4 +160,5 @@ class EpisodeSession:
             image=obs.image[0],
             task=str(info.get("task", "")),
             task_type=info.get("task_type"),
+            admissible_actions=obs.admissible[0],
         )

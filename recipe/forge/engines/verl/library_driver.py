@@ -46,6 +46,7 @@ def _row_to_step_record(r: dict) -> StepRecord:
         cluster_id=None if r.get("cluster_id") is None else int(r["cluster_id"]),
         experience_ids=tuple(r.get("experience_ids") or ()),
         info={"library_version": int(r.get("library_version", -1))},
+        admissible_actions=tuple(str(a) for a in r.get("admissible_actions") or ()),
     )
 
 
