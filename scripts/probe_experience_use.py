@@ -7,10 +7,15 @@ measured:
 * ``none``: no experience (the plain prompt);
 * ``right``: one golden ``example`` entry in the rule extractor's wording, which names this state and the expert
   action, rendered by ``ExperienceRenderer`` and placed by ``experience_messages`` exactly as in training;
-* ``wrong``: the same entry naming the other action.
+* ``wrong``: the same entry naming the other action;
+* ``warning``: one warning ``diagnostic`` entry in the rule extractor's wording, from a failed episode that
+  answered the other action at this state (the state lists its admissible actions, so the imperative wording
+  names the action left untried there).
 
 A model that uses the library puts more mass on the expert action with ``right`` than with ``wrong``:
-``uses_library_gap`` = P(expert | right) - P(expert | wrong), 0 for a model that ignores the lesson. Every
+``uses_library_gap`` = P(expert | right) - P(expert | wrong), 0 for a model that ignores the lesson;
+``uses_warning_gap`` = P(expert | warning) - P(expert | none) says whether a failure's lesson moves the
+policy towards what is left to try. Every
 placement (``algorithm.forge.injection``: system, user_prefix, user_suffix) x lesson style
 (``algorithm.forge.lesson_style``: descriptive, imperative) is measured and listed in ``table``;
 ``uses_library_gap`` and ``p_expert`` are those of the run's own settings (``settings``). The answer's
@@ -95,6 +100,21 @@ def rule_example(observation: str, action: str, lesson_style: str = "descriptive
     return next(c.text for c in RuleExtractor(lesson_style).golden(traj) if c.level == "example")
 
 
+def rule_diagnostic(observation: str, failed: str, admissible: list[str], lesson_style: str = "descriptive") -> str:
+    """The rule extractor's warning ``diagnostic`` text for a one-step failure that answered
+    ``<action>{failed}</action>`` at ``observation``, where the environment listed ``admissible``."""
+    from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
+    from recipe.forge.experience.extract_rule import RuleExtractor
+
+    step = StepRecord(uid="probe", traj_uid="probe-0", step=0, anchor_obs=observation, messages=[],
+                      plain_messages=[], response_text=f"<action>{failed}</action>", action=failed, prompt_ids=[],
+                      response_ids=[], logprobs=[], reward=-1.0, is_action_valid=True, done=True,
+                      admissible_actions=tuple(admissible))
+    traj = TrajectoryRecord(uid="probe", traj_uid="probe-0", task="", task_type=None, steps=[step],
+                            episode_reward=-1.0, success=False, length=1)
+    return next(c.text for c in RuleExtractor(lesson_style).warning(traj, 0.0) if c.level == "diagnostic")
+
+
 def probe_states(env_name: str, target_max: int, states: int) -> dict[str, tuple[str, str, list[str]]]:
     """anchor observation -> (prompt, expert action, admissible actions) for the distinct states of ``states``
     task seeds."""
@@ -118,7 +138,7 @@ def probe(settings: ProbeSettings, states: int, tiny: bool = False) -> dict:
     lesson style; the result's ``uses_library_gap`` is that of ``settings``' placement and style."""
     from agent_system.multi_turn_rollout.injection import INJECTIONS, experience_messages
     from recipe.forge.engines.local.tiny import script_policy
-    from recipe.forge.experience.library import GOLDEN, ExperienceEntry
+    from recipe.forge.experience.library import GOLDEN, WARNING, ExperienceEntry
     from recipe.forge.experience.render import LESSON_STYLES, ExperienceRenderer
 
     policy = script_policy(settings.model, tiny)
@@ -137,26 +157,35 @@ def probe(settings: ProbeSettings, states: int, tiny: bool = False) -> dict:
             probs = torch.softmax(model(ids, logits_to_keep=1).logits[0, -1].float(), dim=-1)
         return float(probs[sorted(first_tokens(expert))].sum())
 
+    def rendered(style: str, entry: ExperienceEntry) -> str:
+        return ExperienceRenderer(settings.max_tokens, settings.experience_style, tokenizer, style).render([entry])[0]
+
     def lesson(anchor: str, action: str, style: str) -> str:
-        renderer = ExperienceRenderer(settings.max_tokens, settings.experience_style, tokenizer, style)
-        entry = ExperienceEntry(0, rule_example(anchor, action, style), GOLDEN, "example", 1.0, "", None, anchor, [])
-        return renderer.render([entry])[0]
+        return rendered(style, ExperienceEntry(0, rule_example(anchor, action, style), GOLDEN, "example", 1.0, "",
+                                               None, anchor, []))
+
+    def warning(anchor: str, failed: str, actions: list[str], style: str) -> str:
+        return rendered(style, ExperienceEntry(0, rule_diagnostic(anchor, failed, actions, style), WARNING,
+                                               "diagnostic", 1.0, "", None, anchor, []))
 
     none = [expert_probability(prompt, expert, "", "system") for prompt, expert, _ in seen.values()]
     table = []
     for placement, style in itertools.product(INJECTIONS, LESSON_STYLES):
-        right, wrong = [], []
+        right, wrong, warned = [], [], []
         for anchor, (prompt, expert, actions) in seen.items():
             other = next(a for a in actions if a != expert)
             right.append(expert_probability(prompt, expert, lesson(anchor, expert, style), placement))
             wrong.append(expert_probability(prompt, expert, lesson(anchor, other, style), placement))
-        p = {"none": statistics.fmean(none), "right": statistics.fmean(right), "wrong": statistics.fmean(wrong)}
+            warned.append(expert_probability(prompt, expert, warning(anchor, other, actions, style), placement))
+        p = {"none": statistics.fmean(none), "right": statistics.fmean(right), "wrong": statistics.fmean(wrong),
+             "warning": statistics.fmean(warned)}
         table.append({"injection": placement, "lesson_style": style, "p_expert": p,
-                      "uses_library_gap": p["right"] - p["wrong"]})
+                      "uses_library_gap": p["right"] - p["wrong"], "uses_warning_gap": p["warning"] - p["none"]})
     own = next(r for r in table if (r["injection"], r["lesson_style"]) == (settings.injection, settings.lesson_style))
     best = max(table, key=lambda r: r["uses_library_gap"])
     return {"model": "tiny-random-llama" if tiny else settings.model, "env": settings.env_name, "states": len(seen),
             "settings": settings.__dict__, "p_expert": own["p_expert"], "uses_library_gap": own["uses_library_gap"],
+            "uses_warning_gap": own["uses_warning_gap"],
             "best": {"injection": best["injection"], "lesson_style": best["lesson_style"],
                      "uses_library_gap": best["uses_library_gap"]},
             "table": table}
@@ -183,15 +212,17 @@ def main() -> None:
         print(json.dumps(result))
         return
     print(f"{result['model']} on {result['env']} ({result['states']} states), prefix {settings.prefix!r}")
-    print(f"{'injection':>12} | {'lesson style':>12} | {'P none':>6} | {'P right':>7} | {'P wrong':>7} | gap")
+    print(f"{'injection':>12} | {'lesson style':>12} | {'P none':>6} | {'P right':>7} | {'P wrong':>7} | "
+          f"{'P warning':>9} | gap | warning gap")
     for row in result["table"]:
         p = row["p_expert"]
         mark = "  <- settings" if (row["injection"], row["lesson_style"]) == (settings.injection,
                                                                                settings.lesson_style) else ""
         print(f"{row['injection']:>12} | {row['lesson_style']:>12} | {p['none']:.4f} | {p['right']:.4f}  | "
-              f"{p['wrong']:.4f}  | {row['uses_library_gap']:+.4f}{mark}")
+              f"{p['wrong']:.4f}  | {p['warning']:.4f}    | {row['uses_library_gap']:+.4f} | "
+              f"{row['uses_warning_gap']:+.4f}{mark}")
     print(f"uses_library_gap (settings: {settings.injection}, {settings.lesson_style}) = "
-          f"{result['uses_library_gap']:+.4f}")
+          f"{result['uses_library_gap']:+.4f}, uses_warning_gap = {result['uses_warning_gap']:+.4f}")
 
 
 if __name__ == "__main__":

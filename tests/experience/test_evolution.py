@@ -129,7 +129,8 @@ def test_rule_extractor_imperative_style_names_the_action_for_the_state(traj):
     assert imperative[(WARNING, "diagnostic")].text.startswith(
         'At "Target: 2 Current: 0", do not answer with the action "zz": it ended a failed attempt')
     assert imperative[(WARNING, "pattern")].text.startswith('Do not repeat "-": 2 times in 3 steps made no progress')
-    assert imperative[(WARNING, "mistake")].text.startswith("Answer with one admissible action in the required format")
+    assert imperative[(WARNING, "mistake")].text == ("Answer with exactly one admissible action in the required format: "
+                                                     "1 of 3 answers were invalid.")
     # the wording changes, nothing else: same levels, scores, keys and clusters
     for key, cand in descriptive.items():
         other = imperative[key]
@@ -143,6 +144,57 @@ def test_rule_extractor_imperative_style_names_the_action_for_the_state(traj):
     assert example.text == 'At "Target: 2 Current: 3", answer with the action "-".'
     with pytest.raises(ValueError, match="lesson_style='loud' is not one of"):
         RuleExtractor("loud")
+
+
+def test_imperative_warnings_name_the_actions_left_untried_at_their_state(traj):
+    # NumberLine from 1 towards 0, answering "+" every time: the walk ends stuck at 3 (positions 0..3)
+    states = ["Target: 0\nCurrent: 1", "Target: 0\nCurrent: 2", "Target: 0\nCurrent: 3", "Target: 0\nCurrent: 3"]
+    loss = traj("u", "l", "reach the target.", [(s, "+") for s in states], -4.0, admissible=("+", "-"))
+    got = {c.level: c for c in RuleExtractor("imperative").warning(loss, 0.5)}
+    assert got["diagnostic"].text == ('At "Target: 0 Current: 3", answer with <action>-</action> instead of "+", '
+                                      'which ended a failed attempt (4 steps, return -4).')
+    assert got["diagnostic"].key == states[3]
+    assert got["pattern"].text == ('Do not repeat "+": 4 times in 4 steps made no progress; at "Target: 0 Current: 1", '
+                                   'answer with <action>-</action> instead.')
+    assert got["pattern"].key == states[0]
+    assert "<action>+</action>" not in got["diagnostic"].text + got["pattern"].text  # the failed action is not primed
+    descriptive = {c.level: c.text for c in RuleExtractor("descriptive").warning(loss, 0.5)}
+    assert '"-"' not in descriptive["diagnostic"] + descriptive["pattern"]  # the descriptive wording states facts only
+
+
+def test_imperative_warnings_without_untried_actions_keep_their_plain_wording(traj):
+    tried = traj("u", "l", "reach the target.", [("Target: 0\nCurrent: 3", "+"), ("Target: 0\nCurrent: 3", "-"),
+                                                 ("Target: 0\nCurrent: 3", "+")], -3.0, admissible=("+", "-"))
+    unlisted = traj("u", "l", "reach the target.", [("Target: 0\nCurrent: 3", "+")] * 2, -2.0)
+    many = traj("u", "l", "reach the target.", [("hall", "go north")] * 2, -2.0,
+                admissible=("go north", "go south", "go east", "go west", "look"))
+    for loss in (tried, unlisted, many):
+        got = {c.level: c.text for c in RuleExtractor("imperative").warning(loss, 0.5)}
+        assert got["diagnostic"].startswith(f'At "{" ".join(loss.steps[-1].anchor_obs.split())}", do not answer with '
+                                            f'the action "{loss.steps[-1].action}"')
+        assert got["pattern"].endswith("after one try, choose a different action.")
+    few_left = traj("u", "l", "leave.", [("hall", "go north")] * 2, -2.0,
+                    admissible=("go north", "go south", "look"))
+    got = {c.level: c.text for c in RuleExtractor("imperative").warning(few_left, 0.5)}
+    assert got["diagnostic"].startswith('At "hall", answer with one of <action>go south</action>, <action>look</action> '
+                                        'instead of "go north"')
+
+
+def test_imperative_invalid_habit_names_the_admissible_actions_and_quotes_no_invalid_answer(traj):
+    garbage = "<action> #AskForSetOperation (+"
+    loss = traj("u", "l", "reach the target.", [("Target: 1\nCurrent: 0", "")] * 2, -2.0, valid=[False, False],
+                admissible=("+", "-"))
+    for step in loss.steps:
+        step.response_text = garbage
+    got = {c.level: c.text for c in RuleExtractor("imperative").warning(loss, 0.5)}
+    assert got["mistake"] == ('Answer with exactly one admissible action ("+" or "-") in the required format: 2 of 2 '
+                              'answers were invalid.')
+    assert got["pattern"] == "Take an admissible action at every step: none of 2 answers was one."
+    assert got["diagnostic"] == ('At "Target: 1 Current: 0", answer with one of "+", "-" instead of an invalid answer, '
+                                 'which ended a failed attempt (2 steps, return -2).')
+    assert all(garbage not in text for text in got.values())
+    descriptive = {c.level: c.text for c in RuleExtractor("descriptive").warning(loss, 0.5)}
+    assert garbage in descriptive["mistake"]  # the descriptive wording keeps its example
 
 
 def test_dedupe_and_rate_limit_spread_over_levels():

@@ -20,6 +20,14 @@ def test_the_lesson_is_the_rule_extractors_example_for_that_state_and_action(pro
         'At "Target: 2 Current: 1", answer with <action>+</action>.')
 
 
+def test_the_warning_is_the_rule_extractors_diagnostic_for_a_failure_at_that_state(probe_module):
+    assert probe_module.rule_diagnostic("Target: 2\nCurrent: 3", "+", ["+", "-"], "imperative") == (
+        'At "Target: 2 Current: 3", answer with <action>-</action> instead of "+", which ended a failed attempt '
+        '(1 steps, return -1).')
+    assert probe_module.rule_diagnostic("Target: 2\nCurrent: 3", "+", ["+", "-"]).endswith(
+        'the last action "+" at "Target: 2 Current: 3" led nowhere.')
+
+
 def test_the_main_job_preset_gives_the_settings_it_trains_with(probe_module):
     main_job = probe_module.settings_from_config("main_job", [])
     assert (main_job.env_name, main_job.target_max, main_job.prefix) == ("gym_cards/NumberLine-v0", 3, "<action>")
@@ -42,5 +50,8 @@ def test_tiny_model_probe_measures_every_placement_and_style(probe_module):
         # the right and wrong lessons differ in the action they name
         assert p["none"] != p["right"] and p["right"] != p["wrong"]
         assert row["uses_library_gap"] == pytest.approx(p["right"] - p["wrong"])
+        assert p["warning"] != p["none"]
+        assert row["uses_warning_gap"] == pytest.approx(p["warning"] - p["none"])
     own = next(r for r in result["table"] if (r["injection"], r["lesson_style"]) == ("user_suffix", "imperative"))
     assert result["uses_library_gap"] == own["uses_library_gap"] and result["p_expert"] == own["p_expert"]
+    assert result["uses_warning_gap"] == own["uses_warning_gap"]

@@ -13,10 +13,16 @@ Warning zone (a failed trajectory, score = success threshold - R, so worse failu
 * pattern: the loop (the most repeated action, when one repeats), else the action the episode spent most on;
 * diagnostic: the dead end (the last action and the observation it was taken at).
 
+Where the environment lists the admissible actions of a state (``StepRecord.admissible_actions``) and at most
+``MAX_UNTRIED`` of them were never taken there in the episode, the imperative loop and dead end name those
+untried actions ("answer with <action>-</action> instead of ..."): a failure's lesson points at what is left to
+explore there. The imperative invalid-action habit names the admissible actions instead of quoting the invalid
+answer.
+
 Two wordings (``lesson_style``): ``descriptive`` says what happened (``At "<obs>", the action "<a>" moved the
 task forward.``); ``imperative`` tells the agent what to do and names the action for the state it quotes, in
 the answer format the policy used (``At "<obs>", answer with <action><a></action>.``; warnings say what not to
-do). The facts are the same.
+do, and what to try instead where the state lists few actions). The facts are the same.
 
 Each candidate carries the task, task type, source observation and observation clusters it came from.
 """
@@ -33,6 +39,7 @@ from recipe.forge.experience.render import check_lesson_style
 
 MAX_PLAN_ACTIONS = 12
 MAX_QUOTE = 160
+MAX_UNTRIED = 3  # a warning names the untried actions of its state when at most this many are left
 
 
 def shorten(text: str, limit: int = MAX_QUOTE) -> str:
@@ -61,15 +68,29 @@ def _plan(steps: Sequence[StepRecord]) -> str:
     return "; ".join(actions)
 
 
-def answer_form(step: StepRecord) -> str:
-    """How the step answered its action: the tagged block that holds it in the response, as the environment
-    parses it (``<action>+</action>``), else the action in quotes. A small model copies an answer it is shown
-    in its own answer format far more readily than a quoted word (scripts/probe_experience_use.py)."""
-    action = " ".join(step.action.split())
-    found = re.search(r"<(\w+)>\s*" + re.escape(step.action.strip()) + r"\s*</\1>", step.response_text or "")
-    if found and action:
-        return f"<{found.group(1)}>{action}</{found.group(1)}>"
-    return f"the action \"{shorten(action, 80)}\""
+def answer_tag(step: StepRecord) -> str | None:
+    """The tag the step's response held its action in, as the environment parsed it (``action`` for
+    ``<action>+</action>``), or None when the response held the action in no tag."""
+    action = step.action.strip()
+    found = re.search(r"<(\w+)>\s*" + re.escape(action) + r"\s*</\1>", step.response_text or "") if action else None
+    return found.group(1) if found else None
+
+
+def answer_form(step: StepRecord, action: str | None = None, tag: str | None = None) -> str:
+    """``action`` (default: the step's own) in the answer format: in ``tag`` (default: the tag the step's
+    response used, ``<action>+</action>``), else in quotes. A small model copies an answer it is shown in its
+    own answer format far more readily than a quoted word (scripts/probe_experience_use.py)."""
+    tag, text = tag or answer_tag(step), " ".join((step.action if action is None else action).split())
+    return f"<{tag}>{text}</{tag}>" if tag and text else f"the action \"{shorten(text, 80)}\""
+
+
+def untried_actions(steps: Sequence[StepRecord], at: StepRecord) -> list[str]:
+    """The actions listed as admissible at ``at``'s state that the trajectory never took at that state, in the
+    environment's order; empty when it lists none, when all were tried, or when more than
+    :data:`MAX_UNTRIED` are left (a long list is no advice)."""
+    tried = {" ".join(s.action.split()).lower() for s in steps if s.anchor_obs == at.anchor_obs}
+    left = [a for a in at.admissible_actions if " ".join(a.split()).lower() not in tried]
+    return left if len(left) <= MAX_UNTRIED else []
 
 
 def _kind(traj: TrajectoryRecord) -> str:
@@ -129,44 +150,83 @@ class RuleExtractor:
             return []
         score = float(threshold - traj.episode_reward)
         steps = traj.steps
+        mistake, mistake_step = self._mistake(traj)
+        pattern, loop_step = self._pattern(steps)
+        last = steps[-1]
+        return [
+            _candidate(traj, WARNING, "mistake", mistake, score, mistake_step),
+            _candidate(traj, WARNING, "pattern", pattern, score, loop_step),
+            _candidate(traj, WARNING, "diagnostic", self._diagnostic(traj), score, last),
+        ]
+
+    def _mistake(self, traj: TrajectoryRecord) -> tuple[str, StepRecord]:
+        """The invalid-action habit (keyed at the first invalid step), else the failed plan shape (first step).
+        The imperative wording names the admissible actions instead of quoting an invalid answer: a small model
+        copies what it reads next to its answer, garbage included."""
+        steps = traj.steps
         invalid = [s for s in steps if not s.is_action_valid]
-        shape = " -> ".join(_verbs(steps))
-        if invalid:
-            sample = shorten(invalid[0].response_text or invalid[0].action, 80)
-            if self.imperative:
-                mistake = (f"Answer with one admissible action in the required format ({len(invalid)} of "
-                           f"{len(steps)} actions were invalid, e.g. \"{sample}\").")
-            else:
-                mistake = (f"{len(invalid)} of {len(steps)} actions were invalid (e.g. \"{sample}\"): answer with "
-                           "one admissible action in the required format.")
-            mistake_step = invalid[0]
-        else:
-            mistake = (f"For {_kind(traj)}, do not follow this failed plan shape: {shape}." if self.imperative
-                       else f"For {_kind(traj)}, this plan shape failed: {shape}.")
-            mistake_step = steps[0]
+        if not invalid:
+            shape = " -> ".join(_verbs(steps))
+            return (f"For {_kind(traj)}, do not follow this failed plan shape: {shape}." if self.imperative
+                    else f"For {_kind(traj)}, this plan shape failed: {shape}."), steps[0]
+        first = invalid[0]
+        if self.imperative:
+            listed = first.admissible_actions
+            choices = (" (" + " or ".join(f'"{shorten(a, 40)}"' for a in listed) + ")"
+                       if 0 < len(listed) <= MAX_UNTRIED else "")
+            return (f"Answer with exactly one admissible action{choices} in the required format: {len(invalid)} of "
+                    f"{len(steps)} answers were invalid."), first
+        sample = shorten(first.response_text or first.action, 80)
+        return (f"{len(invalid)} of {len(steps)} actions were invalid (e.g. \"{sample}\"): answer with one "
+                "admissible action in the required format."), first
+
+    def _pattern(self, steps: Sequence[StepRecord]) -> tuple[str, StepRecord]:
+        """The loop (the most repeated action, keyed at its first step), else the action the episode spent most
+        on. The imperative loop names the actions not yet tried at the loop's state, when there are few."""
         actions = [" ".join(s.action.split()) for s in steps if s.action.strip()]
         counts = Counter(actions)
         repeated, times = counts.most_common(1)[0] if counts else ("", 0)
         loop_step = next((s for s in steps if " ".join(s.action.split()) == repeated), steps[0])
         if times >= 2:
             quoted = shorten(repeated, 80)
-            pattern = (f"Do not repeat \"{quoted}\": {times} times in {len(steps)} steps made no progress; after "
-                       "one try, choose a different action." if self.imperative else
-                       f"Repeating \"{quoted}\" ({times} times in {len(steps)} steps) made no progress: after one "
-                       "try, choose a different action.")
-        else:
-            verb, n = Counter(a.split()[0].lower() for a in actions).most_common(1)[0] if actions else ("act", 0)
-            pattern = (f"Do not spend most steps on \"{verb}\" actions: {n} of {len(steps)} did not reach the goal."
-                       if self.imperative else
-                       f"Spending {n} of {len(steps)} steps on \"{verb}\" actions did not reach the goal.")
-        last = steps[-1]
+            if not self.imperative:
+                return (f"Repeating \"{quoted}\" ({times} times in {len(steps)} steps) made no progress: after one "
+                        "try, choose a different action."), loop_step
+            untried = untried_actions(steps, loop_step)
+            advice = (f"at \"{shorten(loop_step.anchor_obs)}\", answer with {_one_of(steps, untried)} instead."
+                      if untried else "after one try, choose a different action.")
+            return (f"Do not repeat \"{quoted}\": {times} times in {len(steps)} steps made no progress; "
+                    f"{advice}"), loop_step
+        if not actions:
+            return (f"Take an admissible action at every step: none of {len(steps)} answers was one." if self.imperative
+                    else f"None of {len(steps)} answers was an admissible action."), loop_step
+        verb, n = Counter(a.split()[0].lower() for a in actions).most_common(1)[0]
+        return (f"Do not spend most steps on \"{verb}\" actions: {n} of {len(steps)} did not reach the goal."
+                if self.imperative else
+                f"Spending {n} of {len(steps)} steps on \"{verb}\" actions did not reach the goal."), loop_step
+
+    def _diagnostic(self, traj: TrajectoryRecord) -> str:
+        """The dead end: the last action and the state it was taken at. The imperative wording tells the agent
+        which actions it has not tried at that state (when there are few) instead of naming the failed one as a
+        prohibition: a prohibition puts the failed action next to the answer (the probe measures both)."""
+        steps, last = traj.steps, traj.steps[-1]
         task, action, state = shorten(traj.task, 100), shorten(last.action, 80), shorten(last.anchor_obs)
-        diagnostic = (f"At \"{state}\", do not answer with the action \"{action}\": it ended a failed attempt at "
-                      f"\"{task}\" ({len(steps)} steps, return {traj.episode_reward:g})." if self.imperative else
-                      f"Failed \"{task}\" after {len(steps)} steps (return {traj.episode_reward:g}): the last action "
-                      f"\"{action}\" at \"{state}\" led nowhere.")
-        return [
-            _candidate(traj, WARNING, "mistake", mistake, score, mistake_step),
-            _candidate(traj, WARNING, "pattern", pattern, score, loop_step),
-            _candidate(traj, WARNING, "diagnostic", diagnostic, score, last),
-        ]
+        if not self.imperative:
+            return (f"Failed \"{task}\" after {len(steps)} steps (return {traj.episode_reward:g}): the last action "
+                    f"\"{action}\" at \"{state}\" led nowhere.")
+        untried = untried_actions(steps, last)
+        if untried:
+            failed = f"\"{action}\"" if last.is_action_valid and action else "an invalid answer"
+            return (f"At \"{state}\", answer with {_one_of(steps, untried)} instead of {failed}, which ended a "
+                    f"failed attempt ({len(steps)} steps, return {traj.episode_reward:g}).")
+        return (f"At \"{state}\", do not answer with the action \"{action}\": it ended a failed attempt at "
+                f"\"{task}\" ({len(steps)} steps, return {traj.episode_reward:g}).")
+
+
+def _one_of(steps: Sequence[StepRecord], actions: Sequence[str]) -> str:
+    """``actions`` in the answer format the trajectory used (its first tagged answer; quoted without one): one,
+    or "one of a, b"."""
+    tag = next((t for t in map(answer_tag, steps) if t), None)
+    if len(actions) == 1:
+        return answer_form(steps[0], actions[0], tag)
+    return "one of " + ", ".join(f"<{tag}>{a}</{tag}>" if tag else f"\"{shorten(a, 80)}\"" for a in actions)
