@@ -161,8 +161,9 @@ class RuleExtractor:
 
     def _mistake(self, traj: TrajectoryRecord) -> tuple[str, StepRecord]:
         """The invalid-action habit (keyed at the first invalid step), else the failed plan shape (first step).
-        The imperative wording names the admissible actions instead of quoting an invalid answer: a small model
-        copies what it reads next to its answer, garbage included."""
+        The imperative wording names the admissible actions instead of quoting an invalid answer (a small model
+        copies what it reads next to its answer, garbage included), and carries no counts, so that the habit is one
+        entry whose support grows instead of one entry per count."""
         steps = traj.steps
         invalid = [s for s in steps if not s.is_action_valid]
         if not invalid:
@@ -174,8 +175,7 @@ class RuleExtractor:
             listed = first.admissible_actions
             choices = (" (" + " or ".join(f'"{shorten(a, 40)}"' for a in listed) + ")"
                        if 0 < len(listed) <= MAX_UNTRIED else "")
-            return (f"Answer with exactly one admissible action{choices} in the required format: {len(invalid)} of "
-                    f"{len(steps)} answers were invalid."), first
+            return f"Answer with exactly one admissible action{choices} in the required format.", first
         sample = shorten(first.response_text or first.action, 80)
         return (f"{len(invalid)} of {len(steps)} actions were invalid (e.g. \"{sample}\"): answer with one "
                 "admissible action in the required format."), first
