@@ -126,6 +126,8 @@ def test_rule_extractor_imperative_style_names_the_action_for_the_state(traj):
     assert imperative[(GOLDEN, "example")].text == 'At "Target: 2 Current: 3", answer with <action>-</action>.'
     assert descriptive[(GOLDEN, "example")].text == 'At "Target: 2 Current: 3", the action "-" moved the task forward.'
     assert imperative[(GOLDEN, "principle")].text == "For pick_and_place tasks, follow a plan of this shape: -."
+    assert imperative[(GOLDEN, "method")].text.endswith("(solved in 1 step).")  # one step, in the singular
+    assert descriptive[(WARNING, "diagnostic")].text.startswith('Failed "reach the target." after 3 steps')
     assert imperative[(WARNING, "diagnostic")].text.startswith(
         'At "Target: 2 Current: 0", do not answer with the action "zz": it ended a failed attempt')
     assert imperative[(WARNING, "pattern")].text.startswith('Do not repeat "-": 2 times in 3 steps made no progress')

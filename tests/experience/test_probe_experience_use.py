@@ -23,7 +23,7 @@ def test_the_lesson_is_the_rule_extractors_example_for_that_state_and_action(pro
 def test_the_warning_is_the_rule_extractors_diagnostic_for_a_failure_at_that_state(probe_module):
     assert probe_module.rule_diagnostic("Target: 2\nCurrent: 3", "+", ["+", "-"], "imperative") == (
         'At "Target: 2 Current: 3", answer with <action>-</action> instead of "+", which ended a failed attempt '
-        '(1 steps, return -1).')
+        '(1 step, return -1).')
     assert probe_module.rule_diagnostic("Target: 2\nCurrent: 3", "+", ["+", "-"]).endswith(
         'the last action "+" at "Target: 2 Current: 3" led nowhere.')
 

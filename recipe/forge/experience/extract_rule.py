@@ -93,6 +93,10 @@ def untried_actions(steps: Sequence[StepRecord], at: StepRecord) -> list[str]:
     return left if len(left) <= MAX_UNTRIED else []
 
 
+def _steps(n: int) -> str:
+    return f"{n} step" if n == 1 else f"{n} steps"
+
+
 def _kind(traj: TrajectoryRecord) -> str:
     return f"{traj.task_type} tasks" if traj.task_type else "tasks like this"
 
@@ -133,11 +137,11 @@ class RuleExtractor:
         plan, state, action = " -> ".join(verbs), shorten(decisive.anchor_obs), shorten(decisive.action, 80)
         if self.imperative:
             texts = (f"For {_kind(traj)}, follow a plan of this shape: {plan}.",
-                     f"To {shorten(traj.task, 120)}, act: {_plan(traj.steps)} (solved in {len(traj.steps)} steps).",
+                     f"To {shorten(traj.task, 120)}, act: {_plan(traj.steps)} (solved in {_steps(len(traj.steps))}).",
                      f"At \"{state}\", answer with {answer_form(decisive)}.")
         else:
             texts = (f"For {_kind(traj)}, a plan of this shape succeeded: {plan}.",
-                     f"To {shorten(traj.task, 120)}: {_plan(traj.steps)} (solved in {len(traj.steps)} steps).",
+                     f"To {shorten(traj.task, 120)}: {_plan(traj.steps)} (solved in {_steps(len(traj.steps))}).",
                      f"At \"{state}\", the action \"{action}\" moved the task forward.")
         return [
             _candidate(traj, GOLDEN, "principle", texts[0], score, first),
@@ -212,15 +216,15 @@ class RuleExtractor:
         steps, last = traj.steps, traj.steps[-1]
         task, action, state = shorten(traj.task, 100), shorten(last.action, 80), shorten(last.anchor_obs)
         if not self.imperative:
-            return (f"Failed \"{task}\" after {len(steps)} steps (return {traj.episode_reward:g}): the last action "
+            return (f"Failed \"{task}\" after {_steps(len(steps))} (return {traj.episode_reward:g}): the last action "
                     f"\"{action}\" at \"{state}\" led nowhere.")
         untried = untried_actions(steps, last)
         if untried:
             failed = f"\"{action}\"" if last.is_action_valid and action else "an invalid answer"
             return (f"At \"{state}\", answer with {_one_of(steps, untried)} instead of {failed}, which ended a "
-                    f"failed attempt ({len(steps)} steps, return {traj.episode_reward:g}).")
+                    f"failed attempt ({_steps(len(steps))}, return {traj.episode_reward:g}).")
         return (f"At \"{state}\", do not answer with the action \"{action}\": it ended a failed attempt at "
-                f"\"{task}\" ({len(steps)} steps, return {traj.episode_reward:g}).")
+                f"\"{task}\" ({_steps(len(steps))}, return {traj.episode_reward:g}).")
 
 
 def _one_of(steps: Sequence[StepRecord], actions: Sequence[str]) -> str:
