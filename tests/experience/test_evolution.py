@@ -267,6 +267,18 @@ def test_llm_extractor_counts_failures_and_never_raises(traj):
     assert LLMExtractor(lambda p: None).extract([win], [], 0.5) == []
 
 
+def test_llm_prompt_lists_a_states_admissible_actions_only_when_they_are_few(traj):
+    from recipe.forge.experience.extract_llm import MAX_ACTIONS_SHOWN, format_steps
+
+    few = traj("u", "l", "reach the target.", [("Target: 0\nCurrent: 3", "+"), ("Target: 0\nCurrent: 3", "zz")], -2.0,
+               valid=[True, False], admissible=("+", "-"))
+    assert format_steps(few).splitlines() == ["0. Target: 0 Current: 3 -> + [admissible: +, -]",
+                                              "1. Target: 0 Current: 3 -> zz [invalid] [admissible: +, -]"]
+    many = traj("u", "l", "t", [("hall", "look")], 0.0, admissible=[f"go {i}" for i in range(MAX_ACTIONS_SHOWN + 1)])
+    unlisted = traj("u", "l", "t", [("hall", "look")], 0.0)
+    assert format_steps(many) == format_steps(unlisted) == "0. hall -> look"
+
+
 def test_llm_extractor_in_the_system_and_config_errors(cfg, traj):
     with pytest.raises(ValueError, match="extractor='llm' needs an llm"):
         ExperienceSystem.from_config(cfg(extractor="llm"))

@@ -15,13 +15,14 @@ import re
 from typing import Any, Callable, Sequence
 
 from agent_system.environments.projection import valid_unicode
-from agent_system.multi_turn_rollout.protocols import TrajectoryRecord
+from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
 from recipe.forge.experience.extract_rule import shorten
 from recipe.forge.experience.library import GOLDEN, LEVELS, WARNING, Candidate
 
 LLM = Callable[[str], str]
 MAX_TEXT_CHARS = 600
 MAX_STEPS_SHOWN = 30
+MAX_ACTIONS_SHOWN = 10  # a state's admissible actions are listed when there are at most this many
 
 STRATEGY_PROMPT = """You are analysing a SUCCESSFUL episode of an agent to extract reusable strategies.
 Task: {task}
@@ -54,12 +55,17 @@ _LINE = re.compile(r"^\s*(?:[-*\d.)]+\s*)?\**\"?(\w+)\"?\**\s*[:\-]\s*(.+?)\s*$"
 
 
 def format_steps(traj: TrajectoryRecord) -> str:
-    steps = traj.steps[-MAX_STEPS_SHOWN:]
-    lines = [
-        f"{s.step}. {shorten(s.anchor_obs, 200)} -> {shorten(s.action, 100)}{'' if s.is_action_valid else ' [invalid]'}"
-        for s in steps
-    ]
-    return "\n".join(lines) if lines else "(no steps)"
+    """One line per step (the last ``MAX_STEPS_SHOWN``): ``<step>. <observation> -> <action>``, marked
+    ``[invalid]`` where the action was, and followed by the state's admissible actions where the environment lists
+    at most ``MAX_ACTIONS_SHOWN`` (what the model can name as "what to do instead")."""
+    return "\n".join(map(_step_line, traj.steps[-MAX_STEPS_SHOWN:])) or "(no steps)"
+
+
+def _step_line(s: StepRecord) -> str:
+    line = f"{s.step}. {shorten(s.anchor_obs, 200)} -> {shorten(s.action, 100)}{'' if s.is_action_valid else ' [invalid]'}"
+    if 0 < len(s.admissible_actions) <= MAX_ACTIONS_SHOWN:
+        line += " [admissible: " + ", ".join(shorten(a, 40) for a in s.admissible_actions) + "]"
+    return line
 
 
 def parse_llm_output(reply: str, zone: str) -> tuple[list[tuple[str, str]], int]:
