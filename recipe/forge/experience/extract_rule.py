@@ -39,7 +39,7 @@ from recipe.forge.experience.render import check_lesson_style
 
 MAX_PLAN_ACTIONS = 12
 MAX_QUOTE = 160
-MAX_UNTRIED = 3  # a warning names the untried actions of its state when at most this many are left
+MAX_UNTRIED = 3  # a warning names actions (the untried ones of a state, or the admissible ones) only up to this many
 
 
 def shorten(text: str, limit: int = MAX_QUOTE) -> str:
