@@ -42,9 +42,14 @@ MAX_QUOTE = 160
 MAX_UNTRIED = 3  # a warning names actions (the untried ones of a state, or the admissible ones) only up to this many
 
 
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace made one space, trimmed."""
+    return " ".join(text.split())
+
+
 def shorten(text: str, limit: int = MAX_QUOTE) -> str:
     """``text`` on one line, cut to ``limit`` characters with an ellipsis."""
-    flat = " ".join(text.split())
+    flat = one_line(text)
     return flat if len(flat) <= limit else flat[: limit - 3].rstrip() + "..."
 
 
@@ -61,7 +66,7 @@ def _verbs(steps: Sequence[StepRecord]) -> list[str]:
 
 
 def _plan(steps: Sequence[StepRecord]) -> str:
-    actions = _collapse([" ".join(s.action.split()) for s in steps if s.action.strip()])
+    actions = _collapse([one_line(s.action) for s in steps if s.action.strip()])
     if len(actions) > MAX_PLAN_ACTIONS:
         head, tail = MAX_PLAN_ACTIONS // 2, MAX_PLAN_ACTIONS - MAX_PLAN_ACTIONS // 2 - 1
         actions = actions[:head] + [f"... ({len(actions) - head - tail} more)"] + actions[-tail:]
@@ -80,7 +85,7 @@ def answer_form(step: StepRecord, action: str | None = None, tag: str | None = N
     """``action`` (default: the step's own) in the answer format: in ``tag`` (default: the tag the step's
     response used, ``<action>+</action>``), else in quotes. A small model copies an answer it is shown in its
     own answer format far more readily than a quoted word (scripts/probe_experience_use.py)."""
-    tag, text = tag or answer_tag(step), " ".join((step.action if action is None else action).split())
+    tag, text = tag or answer_tag(step), one_line(step.action if action is None else action)
     return f"<{tag}>{text}</{tag}>" if tag and text else f"the action \"{shorten(text, 80)}\""
 
 
@@ -88,8 +93,8 @@ def untried_actions(steps: Sequence[StepRecord], at: StepRecord) -> list[str]:
     """The actions listed as admissible at ``at``'s state that the trajectory never took at that state, in the
     environment's order; empty when it lists none, when all were tried, or when more than
     :data:`MAX_UNTRIED` are left (a long list is no advice)."""
-    tried = {" ".join(s.action.split()).lower() for s in steps if s.anchor_obs == at.anchor_obs}
-    left = [a for a in at.admissible_actions if " ".join(a.split()).lower() not in tried]
+    tried = {one_line(s.action).lower() for s in steps if s.anchor_obs == at.anchor_obs}
+    left = [a for a in at.admissible_actions if one_line(a).lower() not in tried]
     return left if len(left) <= MAX_UNTRIED else []
 
 
@@ -187,10 +192,10 @@ class RuleExtractor:
     def _pattern(self, steps: Sequence[StepRecord]) -> tuple[str, StepRecord]:
         """The loop (the most repeated action, keyed at its first step), else the action the episode spent most
         on. The imperative loop names the actions not yet tried at the loop's state, when there are few."""
-        actions = [" ".join(s.action.split()) for s in steps if s.action.strip()]
+        actions = [one_line(s.action) for s in steps if s.action.strip()]
         counts = Counter(actions)
         repeated, times = counts.most_common(1)[0] if counts else ("", 0)
-        loop_step = next((s for s in steps if " ".join(s.action.split()) == repeated), steps[0])
+        loop_step = next((s for s in steps if one_line(s.action) == repeated), steps[0])
         if times >= 2:
             quoted = shorten(repeated, 80)
             if not self.imperative:
