@@ -85,33 +85,35 @@ def settings_from_config(preset: str | None, overrides: list[str]) -> ProbeSetti
                          injection=str(forge.injection))
 
 
+def one_step_episode(observation: str, action: str, reward: float, admissible: tuple[str, ...] = ()):
+    """A one-step episode that answered ``<action>{action}</action>`` at ``observation`` and returned ``reward``
+    (a win when positive), as the rule extractor reads it."""
+    from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
+
+    step = StepRecord(uid="probe", traj_uid="probe-0", step=0, anchor_obs=observation, messages=[],
+                      plain_messages=[], response_text=f"<action>{action}</action>", action=action, prompt_ids=[],
+                      response_ids=[], logprobs=[], reward=reward, is_action_valid=True, done=True,
+                      admissible_actions=tuple(admissible))
+    return TrajectoryRecord(uid="probe", traj_uid="probe-0", task="", task_type=None, steps=[step],
+                            episode_reward=reward, success=reward > 0, length=1)
+
+
 def rule_example(observation: str, action: str, lesson_style: str = "descriptive") -> str:
     """The rule extractor's golden ``example`` text for a one-step success that answered
     ``<action>{action}</action>`` at ``observation`` (recipe/forge/experience/extract_rule.py): the wording the
     library holds in training."""
-    from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
     from recipe.forge.experience.extract_rule import RuleExtractor
 
-    step = StepRecord(uid="probe", traj_uid="probe-0", step=0, anchor_obs=observation, messages=[],
-                      plain_messages=[], response_text=f"<action>{action}</action>", action=action, prompt_ids=[], response_ids=[],
-                      logprobs=[], reward=1.0, is_action_valid=True, done=True)
-    traj = TrajectoryRecord(uid="probe", traj_uid="probe-0", task="", task_type=None, steps=[step],
-                            episode_reward=1.0, success=True, length=1)
+    traj = one_step_episode(observation, action, 1.0)
     return next(c.text for c in RuleExtractor(lesson_style).golden(traj) if c.level == "example")
 
 
 def rule_diagnostic(observation: str, failed: str, admissible: list[str], lesson_style: str = "descriptive") -> str:
     """The rule extractor's warning ``diagnostic`` text for a one-step failure that answered
     ``<action>{failed}</action>`` at ``observation``, where the environment listed ``admissible``."""
-    from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
     from recipe.forge.experience.extract_rule import RuleExtractor
 
-    step = StepRecord(uid="probe", traj_uid="probe-0", step=0, anchor_obs=observation, messages=[],
-                      plain_messages=[], response_text=f"<action>{failed}</action>", action=failed, prompt_ids=[],
-                      response_ids=[], logprobs=[], reward=-1.0, is_action_valid=True, done=True,
-                      admissible_actions=tuple(admissible))
-    traj = TrajectoryRecord(uid="probe", traj_uid="probe-0", task="", task_type=None, steps=[step],
-                            episode_reward=-1.0, success=False, length=1)
+    traj = one_step_episode(observation, failed, -1.0, tuple(admissible))
     return next(c.text for c in RuleExtractor(lesson_style).warning(traj, 0.0) if c.level == "diagnostic")
 
 
