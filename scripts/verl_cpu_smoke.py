@@ -5,7 +5,8 @@ Gym Cards NumberLine with a tiny Llama (SmolLM2's tokenizer, weights set so that
 part of the time) or SmolLM2-135M-Instruct itself (``--model smollm2``), the library's gates open from iteration 1,
 and reads verl's metrics file. Prints a table, or one JSON line with ``--json``:
 
-  iterations, estimator, grad_norm (last iteration), experiences_per_step (mean over iteration 2),
+  iterations, estimator, grad_norm (last iteration), grad_norms and advantage_abs_max (per iteration: an
+  iteration whose advantages are all zero has no gradient), experiences_per_step (mean over iteration 2),
   groups_equal_clusters (every row's step group was the cluster that drove its retrieval, every iteration),
   rollout_actor_logprob_diff_max (max |rollout server log-prob - actor log-prob| over the same tokens),
   success_rate and valid_action_ratio per iteration, seconds per iteration, wall_s.
@@ -65,6 +66,12 @@ def read_metrics(path: Path) -> list[dict]:
     return [by_step[step] for step in sorted(by_step)]
 
 
+def advantage_abs_max(metrics: dict) -> float | None:
+    """The largest |advantage| over an iteration's response tokens, from verl's critic/advantages/{max,min}."""
+    extremes = [metrics[key] for key in ("critic/advantages/max", "critic/advantages/min") if key in metrics]
+    return max(abs(value) for value in extremes) if extremes else None
+
+
 def summarise(history: list[dict], estimator: str, wall_s: float) -> dict:
     last = history[-1] if history else {}
     second = history[1] if len(history) > 1 else {}
@@ -75,6 +82,8 @@ def summarise(history: list[dict], estimator: str, wall_s: float) -> dict:
         "first_step": int(history[0]["training/global_step"]) if history else None,
         "estimator": estimator,
         "grad_norm": last.get("actor/grad_norm"),
+        "grad_norms": [h.get("actor/grad_norm") for h in history],
+        "advantage_abs_max": [advantage_abs_max(h) for h in history],
         "experiences_per_step": second.get("forge/experiences_per_step"),
         "groups_equal_clusters": bool(groups) and all(g == 1.0 for g in groups),
         "rollout_actor_logprob_diff_max": max(gaps) if gaps else None,
