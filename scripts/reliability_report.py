@@ -546,13 +546,11 @@ def attack_workers() -> dict:
 
     faults = ["crash", "hang", "raise", "unpicklable"]
     pool = ProcessEnvPool(EnvSpec("agent_system.testing.faulty_env:FaultyEnv", {}), num_envs=4, num_workers=2,
-                          step_timeout_s=60.0)  # workers hold envs {0, 1} and {2, 3}
+                          step_timeout_s=3.0)  # workers hold envs {0, 1} and {2, 3}; the hang fault waits 3 s
     contained = 0
     try:
         for fault in faults:
-            pool.step_timeout_s = 60.0  # a (re)started worker may take seconds to import on a loaded machine
             pool.reset(range(4), range(4))
-            pool.step_timeout_s = 3.0  # the hang fault waits this long
             res = pool.step([0, 1, 2, 3], [fault, "go", "go", "go"])
             own_failed = res[0].terminated and bool(res[0].info.get("failure_reason"))
             other_worker_fine = all(r.obs.endswith("count=1") for r in res[2:])

@@ -4,7 +4,7 @@ the per-seed final figures.
 Every run is ``python -m recipe.forge.main_forge +experiment=main_job`` with the estimator, ``env.seed``, the
 iteration budget (validation once, after the last iteration, on ``--val-tasks`` held-out tasks x G copies) and
 its own run folder under ``--runs-dir`` (with every training step in ``rollouts/<iteration>.jsonl``, for
-scripts/analyze_sweep.py); ``--parallel`` runs go at a time, one thread each. Extra Hydra
+scripts/analyze_numberline_sweep.py); ``--parallel`` runs go at a time, one thread each. Extra Hydra
 overrides after ``--`` apply to every run (e.g. a model path). The output file holds, per estimator and seed::
 
     {"forge": {"0": {"val_success": 0.5, "val_success_no_library": 0.4375, "train_success_last": 0.25}, ...},

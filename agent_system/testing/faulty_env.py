@@ -21,8 +21,25 @@ from agent_system.environments.projection import ParsedAction
 from agent_system.environments.prompts.common import PromptContext, answer_format, history_block, join_sections
 
 
+class SlowToLoad:
+    """A value that takes ``seconds`` to unpickle. In an EnvSpec's kwargs it slows a spawned worker's start-up
+    (the spec reaches the worker pickled, before the worker serves anything), not the environment's build or steps."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def __reduce__(self):
+        return _load_slowly, (self.seconds,)
+
+
+def _load_slowly(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
 class FaultyEnv(AgentEnv):
-    def __init__(self, win_after: int = 3, hang_s: float = 3600.0):
+    def __init__(self, win_after: int = 3, hang_s: float = 3600.0, load_s: float = 0.0):
+        """``load_s``: what a SlowToLoad in the spec unpickled to (how long the worker took to start); unused."""
         self.win_after = win_after
         self.hang_s = hang_s
         self.seed = -1

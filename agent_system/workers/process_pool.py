@@ -3,9 +3,11 @@
 Each worker hosts a contiguous block of environments. A command goes to every worker involved at once;
 each worker steps its environments one by one and sends its results in chunks as they become ready (at
 least every 20 ms of work). The timeout (``step_timeout_s``) thus applies to each environment's step: a
-worker that sends nothing for that long is considered hung. A worker that dies (crash, ``os._exit``, OOM kill) or hangs is killed and replaced by a
-fresh one; every episode it hosted ends as failed with the reason in ``info["failure_reason"]`` and stays
-failed until the next reset. The other workers' results are unaffected.
+worker that sends nothing for that long is considered hung. A new worker first reports that it is ready (its
+interpreter started and its imports done); until then ``start_timeout_s`` applies instead, so a slow start-up on a
+loaded machine is not taken for a hung step. A worker that dies (crash, ``os._exit``, OOM kill) or hangs is
+killed and replaced by a fresh one; every episode it hosted ends as failed with the reason in
+``info["failure_reason"]`` and stays failed until the next reset. The other workers' results are unaffected.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ from agent_system.environments.base import EnvSpec, StepResult, failed_result
 from agent_system.workers.in_process import run_call, run_reset, run_step
 
 _FLUSH_S = 0.02  # a worker sends the results it has after this long, so progress is visible early
+_READY = "ready"  # a worker's first message: started, imports done, serving commands
 
 
 def _worker_main(conn, spec: EnvSpec, num_local: int) -> None:
     """Serve commands for ``num_local`` environments until "close" (runs in the worker process).
     Each command's items are answered in order, in chunks (see the flush rule below)."""
     envs: list = [None] * num_local
+    conn.send(_READY)
 
     def env(k: int):
         if envs[k] is None:
@@ -84,13 +88,15 @@ def _send_results(conn, chunk: list, cmd: str) -> None:
 class ProcessEnvPool:
     """``num_envs`` environments built from ``spec`` inside ``num_workers`` processes."""
 
-    def __init__(self, spec: EnvSpec, num_envs: int, num_workers: int, step_timeout_s: float = 120.0, start_method: str = "spawn"):
+    def __init__(self, spec: EnvSpec, num_envs: int, num_workers: int, step_timeout_s: float = 120.0,
+                 start_method: str = "spawn", start_timeout_s: float = 120.0):
         if not 1 <= num_workers <= num_envs:
             raise ValueError(f"num_workers={num_workers} must be in [1, num_envs={num_envs}]")
         self.spec = spec
         self.num_envs = num_envs
         self.num_workers = num_workers
         self.step_timeout_s = step_timeout_s
+        self.start_timeout_s = start_timeout_s
         self._ctx = mp.get_context(start_method)
         blocks = np.array_split(np.arange(num_envs), num_workers)
         self._members = [b.tolist() for b in blocks]
@@ -100,6 +106,7 @@ class ProcessEnvPool:
         self.restarts = 0
         self._procs: list = [None] * num_workers
         self._conns: list = [None] * num_workers
+        self._ready: list[bool] = [False] * num_workers
         for w in range(num_workers):
             self._start(w)
 
@@ -108,7 +115,7 @@ class ProcessEnvPool:
         proc = self._ctx.Process(target=_worker_main, args=(child, self.spec, len(self._members[w])), daemon=True)
         proc.start()
         child.close()
-        self._procs[w], self._conns[w] = proc, parent
+        self._procs[w], self._conns[w], self._ready[w] = proc, parent, False
 
     def _restart(self, w: int, reason: str) -> None:
         proc = self._procs[w]
@@ -137,7 +144,7 @@ class ProcessEnvPool:
                 self._fail(w, js, out, on_fail, self._crash_reason(w))
         last_heard = {w: time.monotonic() for w in pending}
         while pending:
-            wait_s = max(0.0, min(last_heard[w] for w in pending) + self.step_timeout_s - time.monotonic())
+            wait_s = max(0.0, min(last_heard[w] + self._patience(w) for w in pending) - time.monotonic())
             ready = set(mp_connection.wait([self._conns[w] for w in pending], timeout=wait_s))
             for w in list(pending):
                 if self._conns[w] in ready:
@@ -147,16 +154,28 @@ class ProcessEnvPool:
                         self._fail(w, shares[w], out, on_fail, self._crash_reason(w))
                         del pending[w]
                         continue
+                    last_heard[w] = time.monotonic()
+                    if result == _READY:
+                        self._ready[w] = True
+                        continue
                     for r in result:
                         out[shares[w][pending[w]]] = r
                         pending[w] += 1
-                    last_heard[w] = time.monotonic()
                     if pending[w] == len(shares[w]):
                         del pending[w]
-                elif time.monotonic() - last_heard[w] >= self.step_timeout_s:
-                    self._fail(w, shares[w], out, on_fail, f"step timeout (> {self.step_timeout_s:g} s): worker restarted")
+                elif time.monotonic() - last_heard[w] >= self._patience(w):
+                    self._fail(w, shares[w], out, on_fail, self._silence_reason(w))
                     del pending[w]
         return out
+
+    def _patience(self, w: int) -> float:
+        """How long worker ``w`` may stay silent: a step's timeout once it is ready, its start-up's before."""
+        return self.step_timeout_s if self._ready[w] else self.start_timeout_s
+
+    def _silence_reason(self, w: int) -> str:
+        if self._ready[w]:
+            return f"step timeout (> {self.step_timeout_s:g} s): worker restarted"
+        return f"worker start-up timeout (> {self.start_timeout_s:g} s): worker restarted"
 
     def _crash_reason(self, w: int) -> str:
         proc = self._procs[w]
@@ -196,8 +215,8 @@ class ProcessEnvPool:
         for w, conn in enumerate(self._conns):
             try:
                 conn.send(("close", None))
-                if conn.poll(5):
-                    conn.recv()
+                while conn.poll(5) and conn.recv() is not None:  # a ready message not read yet comes first
+                    pass
             except (EOFError, OSError):
                 pass
             self._procs[w].join(timeout=5)

@@ -9,7 +9,7 @@ from agent_system.environments.base import EnvSpec
 from agent_system.multi_turn_rollout.protocols import SamplingParams
 from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
 from agent_system.testing.configs import env_config
-from agent_system.testing.faulty_env import FaultyEnvironmentManager
+from agent_system.testing.faulty_env import FaultyEnvironmentManager, SlowToLoad
 from agent_system.testing.policies import CountingGenerator
 from agent_system.workers import InProcessEnvPool, ProcessEnvPool
 
@@ -134,3 +134,30 @@ def test_a_failing_reset_gives_an_empty_failed_trajectory():
     assert all(t.length == 0 and not t.success and t.failure_reason.startswith("env error: ValueError: negative seed") for t in bad)
     assert all(t.success and t.length == 3 for t in good)
     assert batch.metrics["failures/env error"] == 2.0
+
+
+@pytest.mark.timeout(60)
+def test_a_slow_start_up_is_not_a_hung_step():
+    slow = EnvSpec(SPEC.target, {"win_after": 3, "load_s": SlowToLoad(2.0)})  # each worker takes 2 s to start
+    pool = ProcessEnvPool(slow, num_envs=2, num_workers=1, step_timeout_s=0.5)
+    try:
+        assert [r.obs for r in pool.reset([0, 1], [0, 1])] == ["seed=0 count=0", "seed=1 count=0"]
+        assert pool.restarts == 0
+        res = pool.step([0, 1], ["hang", "go"])  # once started, a step has its 0.5 s again
+        assert res[0].info["failure_reason"] == "step timeout (> 0.5 s): worker restarted" and pool.restarts == 1
+        assert [r.obs for r in pool.reset([0, 1], [5, 6])] == ["seed=5 count=0", "seed=6 count=0"]  # the new worker too
+        assert pool.restarts == 1
+    finally:
+        pool.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_that_does_not_start_in_time_fails_its_episodes_with_the_reason():
+    slow = EnvSpec(SPEC.target, {"load_s": SlowToLoad(5.0)})
+    pool = ProcessEnvPool(slow, num_envs=2, num_workers=1, step_timeout_s=60.0, start_timeout_s=1.0)
+    try:
+        res = pool.reset([0, 1], [0, 1])
+        assert [r.info["failure_reason"] for r in res] == ["worker start-up timeout (> 1 s): worker restarted"] * 2
+        assert all(r.terminated for r in res) and pool.restarts == 1
+    finally:
+        pool.close()
