@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-# CI (CI=true, as .ci/run is invoked) runs the property tests on derandomized examples, so a red run is
+# CI (CI=true, which .ci/run sets) runs the property tests on derandomized examples, so a red run is
 # reproducible; locally each run draws new examples and keeps exploring.
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI", "").lower() in ("1", "true"):

@@ -117,8 +117,16 @@ def test_validation_names_the_faulty_field(cfg, tmp_path, iterate):
 
 
 CHILD = textwrap.dedent("""
+    import os
     import sys
+    import time
     from recipe.forge.experience import ExperienceSystem, CheckpointError
+
+    rename = os.replace
+    def slow_rename(src, dst):  # a save takes ~3 ms here: hold its temp file 20 ms so that kills can land inside
+        time.sleep(0.02)
+        rename(src, dst)
+    os.replace = slow_rename
     from recipe.forge.experience.library import Candidate
     folder = sys.argv[1]
     cfg = dict(golden_capacity_per_level=600, warning_capacity_per_level=50, use_embeddings=False,

@@ -156,7 +156,9 @@ def faulty_server():
     ],
 )
 def test_failing_server_gives_an_error_observation_and_the_episode_goes_on(search_dataset, faulty_server, endpoint, message):
-    env = SearchEnv(search_dataset["train"], faulty_server + endpoint, topk=3, timeout_s=0.5)
+    # /slow answers after 1.5 s; the others answer at once, and a loaded machine must not time them out
+    timeout_s = 0.5 if endpoint == "/slow" else 10.0
+    env = SearchEnv(search_dataset["train"], faulty_server + endpoint, topk=3, timeout_s=timeout_s)
     env.reset(0)
     obs, reward, terminated, truncated, info = env.step("<search>anything</search>")
     assert obs.startswith("<information>Search failed") and message in info["search_error"]

@@ -41,20 +41,31 @@ class MemoryBroker:
         return self.published
 
 
-class SlowBuild:
-    """provider_from_snapshot that takes ``seconds`` longer (like a large index) and counts its calls per version;
-    it is blocking, as the real rebuild is."""
+class GatedBuild:
+    """provider_from_snapshot that, for the ``gated`` versions, blocks until the test opens ``gate`` (a slow
+    rebuild, as of a large index, whose length the test decides, not the clock); counts its calls per version."""
 
-    def __init__(self, seconds: float):
-        self.seconds = seconds
+    def __init__(self, gated: set[int]):
+        self.gated = gated
+        self.gate, self.entered = threading.Event(), threading.Event()
         self.calls: dict[int, int] = {}
         self.threads: set[str] = set()
 
     def __call__(self, snapshot, tokenizer):
         self.calls[snapshot.version] = self.calls.get(snapshot.version, 0) + 1
         self.threads.add(threading.current_thread().name)
-        time.sleep(self.seconds)
+        if snapshot.version in self.gated:
+            self.entered.set()
+            assert self.gate.wait(timeout=60), "the test never opened the gate"
         return provider_from_snapshot(snapshot, tokenizer)
+
+
+async def until(condition, timeout_s: float = 30.0) -> None:
+    """Yield to the event loop until ``condition()`` holds (the timeout only catches a broken test)."""
+    end = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < end, "condition not reached"
+        await asyncio.sleep(0.01)
 
 
 @pytest.fixture
@@ -80,7 +91,7 @@ def test_nothing_published_gives_no_provider():
 
 def test_a_slow_rebuild_leaves_the_event_loop_free_and_runs_once_per_version(snapshots):
     v0, v1 = snapshots
-    broker, build = MemoryBroker(), SlowBuild(seconds=0.6)
+    broker, build = MemoryBroker(), GatedBuild(gated={1})
     library = WorkerLibrary(connect=lambda: broker, build=build)
 
     async def main():
@@ -96,13 +107,12 @@ def test_a_slow_rebuild_leaves_the_event_loop_free_and_runs_once_per_version(sna
                 await asyncio.sleep(0.01)
 
         clock = asyncio.create_task(ticker())
-        await asyncio.sleep(0.05)
-        started = time.perf_counter()
         waiting = [asyncio.create_task(library.refresh()) for _ in range(5)]  # five episodes start meanwhile
-        await asyncio.sleep(0.3)
-        assert not any(t.done() for t in waiting)  # they wait for the new version...
-        during = [t for t in ticks if t > started]
-        assert len(during) >= 10  # ...while the loop keeps running other coroutines
+        await until(build.entered.is_set)
+        started = time.perf_counter()
+        await until(lambda: sum(t > started for t in ticks) >= 10)  # the loop runs other coroutines meanwhile...
+        assert not any(t.done() for t in waiting)  # ...while they wait for the new version
+        build.gate.set()
         results = await asyncio.gather(*waiting)
         clock.cancel()
         return results
@@ -136,16 +146,17 @@ def test_the_new_provider_is_used_once_ready_and_an_unchanged_tag_costs_no_fetch
 
 def test_a_cancelled_waiter_leaves_the_load_for_the_next_episode(snapshots):
     v0, _ = snapshots
-    broker, build = MemoryBroker(), SlowBuild(seconds=0.3)
+    broker, build = MemoryBroker(), GatedBuild(gated={0})
     library = WorkerLibrary(connect=lambda: broker, build=build)
 
     async def main():
         broker.publish(0, v0)
         first = asyncio.create_task(library.refresh())
-        await asyncio.sleep(0.1)
+        await until(build.entered.is_set)
         first.cancel()
         with pytest.raises(asyncio.CancelledError):
             await first
+        build.gate.set()
         return await library.refresh()
 
     version, provider = asyncio.run(main())
