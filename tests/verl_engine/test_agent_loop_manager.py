@@ -222,7 +222,14 @@ def test_trainer_iteration_hooks_evolve_publish_and_checkpoint_the_library(verl_
     def verl_step(self, metrics, timing_raw):  # verl's step: old log-probs, advantage, update (here: advantage only)
         return self._compute_advantage(with_old_log_probs(meta), metrics)
 
-    saved = []
+    saved, evolved_from = [], []
+    end_iteration = trainer.library.end_iteration
+
+    def recorded_end_iteration(rows, iteration):
+        evolved_from.extend(rows)
+        return end_iteration(rows, iteration)
+
+    monkeypatch.setattr(trainer.library, "end_iteration", recorded_end_iteration)
     monkeypatch.setattr(PPOTrainerSync, "step", verl_step)
     monkeypatch.setattr(PPOTrainerSync, "on_step_end", lambda self: None)
     monkeypatch.setattr(PPOTrainerSync, "_save_checkpoint", lambda self: saved.append(self.global_steps))
@@ -231,10 +238,10 @@ def test_trainer_iteration_hooks_evolve_publish_and_checkpoint_the_library(verl_
         metrics: dict = {}
         trainer.step(metrics, trainer.timing_raw)
         assert 0.0 <= metrics["success_rate"] <= 1.0 and metrics["num_trajectories"] == TASKS * G
-        assert all(r["cluster_id"] >= 0 for r in trainer._iteration_rows)  # the driver's clusters
         trainer._save_checkpoint()
         trainer.on_step_end()
     assert saved == [1]
+    assert evolved_from and all(r["cluster_id"] >= 0 for r in evolved_from)  # this step's rows, the driver's clusters
     logged = trainer._pending_sync_metrics
     assert logged["forge/library_version"] == 1.0 and "forge/reward_mean" in logged
     assert "forge_library" in trainer.timing_raw
