@@ -130,7 +130,8 @@ def test_rule_extractor_imperative_style_names_the_action_for_the_state(traj):
     assert descriptive[(WARNING, "diagnostic")].text.startswith('Failed "reach the target." after 3 steps')
     assert imperative[(WARNING, "diagnostic")].text.startswith(
         'At "Target: 2 Current: 0", do not answer with the action "zz": it ended a failed attempt')
-    assert imperative[(WARNING, "pattern")].text.startswith('Do not repeat "-": 2 times in 3 steps made no progress')
+    assert imperative[(WARNING, "pattern")].text == ('Do not repeat "-": it made no progress; after one try, choose a '
+                                                     'different action.')
     assert imperative[(WARNING, "mistake")].text == "Answer with exactly one admissible action in the required format."
     # the wording changes, nothing else: same levels, scores, keys and clusters
     for key, cand in descriptive.items():
@@ -155,8 +156,8 @@ def test_imperative_warnings_name_the_actions_left_untried_at_their_state(traj):
     assert got["diagnostic"].text == ('At "Target: 0 Current: 3", answer with <action>-</action> instead of "+", '
                                       'which ended a failed attempt (4 steps, return -4).')
     assert got["diagnostic"].key == states[3]
-    assert got["pattern"].text == ('Do not repeat "+": 4 times in 4 steps made no progress; at "Target: 0 Current: 1", '
-                                   'answer with <action>-</action> instead.')
+    assert got["pattern"].text == ('Do not repeat "+": it made no progress; at "Target: 0 Current: 1", answer with '
+                                   '<action>-</action> instead.')
     assert got["pattern"].key == states[0]
     assert "<action>+</action>" not in got["diagnostic"].text + got["pattern"].text  # the failed action is not primed
     descriptive = {c.level: c.text for c in RuleExtractor("descriptive").warning(loss, 0.5)}
@@ -193,12 +194,30 @@ def test_imperative_invalid_habit_names_the_admissible_actions_and_quotes_no_inv
                  admissible=("+", "-"))
     again = {c.level: c.text for c in RuleExtractor("imperative").warning(fewer, 0.5)}
     assert again["mistake"] == got["mistake"]  # one habit, one text: its support grows instead of a text per count
-    assert got["pattern"] == "Take an admissible action at every step: none of 2 answers was one."
+    assert "pattern" not in got  # no valid action, no pattern of actions: the mistake is the habit already
     assert got["diagnostic"] == ('At "Target: 1 Current: 0", answer with one of "+", "-" instead of an invalid answer, '
                                  'which ended a failed attempt (2 steps, return -2).')
     assert all(garbage not in text for text in got.values())
     descriptive = {c.level: c.text for c in RuleExtractor("descriptive").warning(loss, 0.5)}
     assert garbage in descriptive["mistake"]  # the descriptive wording keeps its example
+
+
+def test_imperative_pattern_reads_valid_actions_only_and_carries_no_counts(traj):
+    # a 135M policy's failed episodes: invalid answers whose parsed action is garbage, among valid "+" steps
+    def loss(uid: str, actions: list[str], valid: list[bool]):
+        return traj("u", uid, "reach the target.", [(f"Target: 0\nCurrent: {i + 1}", a) for i, a in enumerate(actions)],
+                    -float(len(actions)), valid=valid, admissible=("+", "-"))
+
+    short = loss("a", ["(+", "(+", "+"], [False, False, True])
+    long = loss("b", ["(+", "+", "(+", "(+", "-"], [False, True, False, False, True])
+    texts = [{c.level: c.text for c in RuleExtractor("imperative").warning(t, 0.5)} for t in (short, long)]
+    assert texts[0]["pattern"] == 'Do not spend most steps on "+" actions: that did not reach the goal.'
+    assert all("(+" not in text for got in texts for text in got.values())  # no invalid answer quoted
+    looped = loss("c", ["+", "(+", "+", "+"], [True, False, True, True])
+    assert {c.level: c.text for c in RuleExtractor("imperative").warning(looped, 0.5)}["pattern"].startswith(
+        'Do not repeat "+": it made no progress;')  # the same text for 3 repeats in 4 steps as for any other count
+    descriptive = {c.level: c.text for c in RuleExtractor("descriptive").warning(short, 0.5)}
+    assert descriptive["pattern"].startswith('Repeating "(+" (2 times in 3 steps)')  # the descriptive facts stay
 
 
 def test_dedupe_and_rate_limit_spread_over_levels():

@@ -146,7 +146,7 @@ def test_render_respects_the_token_cap(tokenizer, limit, style, lesson_style):
         elif lesson_style == "descriptive":
             assert "Worked: open the fridge first" in text and "Failed: do not look repeatedly" in text
         else:
-            assert "Do: open the fridge first" in text and "Avoid: do not look repeatedly" in text
+            assert "Do: open the fridge first" in text and "Warning: do not look repeatedly" in text
 
 
 @pytest.mark.parametrize("lesson_style", ["descriptive", "imperative"])

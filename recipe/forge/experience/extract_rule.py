@@ -10,7 +10,9 @@ Golden zone (a successful trajectory, score = its return R):
 Warning zone (a failed trajectory, score = success threshold - R, so worse failures rank higher):
 
 * mistake: the invalid-action habit (share of invalid steps with an example) or, with none, the failed plan shape;
-* pattern: the loop (the most repeated action, when one repeats), else the action the episode spent most on;
+* pattern: the loop (the most repeated action, when one repeats), else the action the episode spent most on
+  (imperative: among the valid actions only, so no invalid answer is quoted; no pattern when none was valid, as
+  the mistake already says it);
 * diagnostic: the dead end (the last action and the observation it was taken at).
 
 Where the environment lists the admissible actions of a state (``StepRecord.admissible_actions``) and at most
@@ -164,7 +166,7 @@ class RuleExtractor:
         last = steps[-1]
         return [
             _candidate(traj, WARNING, "mistake", mistake, score, mistake_step),
-            _candidate(traj, WARNING, "pattern", pattern, score, loop_step),
+            *([_candidate(traj, WARNING, "pattern", pattern, score, loop_step)] if pattern else []),
             _candidate(traj, WARNING, "diagnostic", self._diagnostic(traj), score, last),
         ]
 
@@ -189,13 +191,17 @@ class RuleExtractor:
         return (f"{len(invalid)} of {len(steps)} actions were invalid (e.g. \"{sample}\"): answer with one "
                 "admissible action in the required format."), first
 
-    def _pattern(self, steps: Sequence[StepRecord]) -> tuple[str, StepRecord]:
+    def _pattern(self, steps: Sequence[StepRecord]) -> tuple[str | None, StepRecord]:
         """The loop (the most repeated action, keyed at its first step), else the action the episode spent most
-        on. The imperative loop names the actions not yet tried at the loop's state, when there are few."""
-        actions = [one_line(s.action) for s in steps if s.action.strip()]
+        on. The imperative wording reads the valid actions only (an invalid answer quoted next to the policy's
+        answer gets copied), names the actions not yet tried at the loop's state when there are few, carries no
+        counts (one entry per habit, whose support grows), and gives no pattern (None) when no action was valid:
+        the mistake is that habit already."""
+        counted = [s for s in steps if s.is_action_valid] if self.imperative else steps
+        actions = [one_line(s.action) for s in counted if s.action.strip()]
         counts = Counter(actions)
         repeated, times = counts.most_common(1)[0] if counts else ("", 0)
-        loop_step = next((s for s in steps if one_line(s.action) == repeated), steps[0])
+        loop_step = next((s for s in counted if one_line(s.action) == repeated), steps[0])
         if times >= 2:
             quoted = shorten(repeated, 80)
             if not self.imperative:
@@ -204,13 +210,11 @@ class RuleExtractor:
             untried = untried_actions(steps, loop_step)
             advice = (f"at \"{shorten(loop_step.anchor_obs)}\", answer with {_one_of(steps, untried)} instead."
                       if untried else "after one try, choose a different action.")
-            return (f"Do not repeat \"{quoted}\": {times} times in {len(steps)} steps made no progress; "
-                    f"{advice}"), loop_step
+            return f"Do not repeat \"{quoted}\": it made no progress; {advice}", loop_step
         if not actions:
-            return (f"Take an admissible action at every step: none of {len(steps)} answers was one." if self.imperative
-                    else f"None of {len(steps)} answers was an admissible action."), loop_step
+            return (None if self.imperative else f"None of {len(steps)} answers was an admissible action."), loop_step
         verb, n = Counter(a.split()[0].lower() for a in actions).most_common(1)[0]
-        return (f"Do not spend most steps on \"{verb}\" actions: {n} of {len(steps)} did not reach the goal."
+        return (f"Do not spend most steps on \"{verb}\" actions: that did not reach the goal."
                 if self.imperative else
                 f"Spending {n} of {len(steps)} steps on \"{verb}\" actions did not reach the goal."), loop_step
 

@@ -8,7 +8,10 @@ Styles (``experience_style``):
 Lesson styles (``lesson_style``, shared with the rule extractor):
 
 * ``descriptive``: what happened (compact marks ``Worked:`` golden, ``Failed:`` warning);
-* ``imperative``: what to do (compact marks ``Do:`` golden, ``Avoid:`` warning, and an instruction header).
+* ``imperative``: what to do (compact marks ``Do:`` golden, ``Warning:`` warning, and an instruction header).
+  A warning's own words say what to do or not to do ("Do not repeat ...", "answer with <action>-</action>
+  instead of ..."), so its mark is neutral: a mark ``Avoid:`` would turn "Answer with an admissible action"
+  into its opposite.
 
 The marks are words, never symbols: an environment's actions can be symbols (NumberLine answers ``+`` or
 ``-``), and a mark that is an action would put that action into every prompt, whatever the lesson says.
@@ -35,7 +38,7 @@ HEADER = {
 }
 MARK = {  # (lesson style, zone is golden) -> compact mark
     ("descriptive", True): "Worked:", ("descriptive", False): "Failed:",
-    ("imperative", True): "Do:", ("imperative", False): "Avoid:",
+    ("imperative", True): "Do:", ("imperative", False): "Warning:",
 }
 
 
