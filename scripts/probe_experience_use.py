@@ -12,10 +12,14 @@ measured:
   answered the other action at this state (the state lists its admissible actions, so the imperative wording
   names the action left untried there).
 
+And the answer format: ``p_valid`` is the probability that the answer is any admissible action, with no lesson
+(``none``) and with the invalid-answer ``habit`` (the warning ``mistake`` of an episode that answered once in the
+format, then invalidly); ``habit_valid_gap`` = P(valid | habit) - P(valid | none).
+
 A model that uses the library puts more mass on the expert action with ``right`` than with ``wrong``:
 ``uses_library_gap`` = P(expert | right) - P(expert | wrong), 0 for a model that ignores the lesson;
 ``uses_warning_gap`` = P(expert | warning) - P(expert | none) says whether a failure's lesson moves the
-policy towards what is left to try. Every
+policy towards what is left to try; ``habit_valid_gap`` whether the habit's lesson keeps the answer format. Every
 placement (``algorithm.forge.injection``: system, user_prefix, user_suffix) x lesson style
 (``algorithm.forge.lesson_style``: descriptive, imperative) is measured and listed in ``table``;
 ``uses_library_gap`` and ``p_expert`` are those of the run's own settings (``settings``). The answer's
@@ -117,6 +121,19 @@ def rule_diagnostic(observation: str, failed: str, admissible: list[str], lesson
     return next(c.text for c in RuleExtractor(lesson_style).warning(traj, 0.0) if c.level == "diagnostic")
 
 
+def rule_mistake(observation: str, admissible: list[str], lesson_style: str = "descriptive") -> str:
+    """The rule extractor's warning ``mistake`` text for a failure that answered ``<action>{admissible[0]}</action>``
+    and then an invalid answer at ``observation``: the invalid-answer habit, as the library holds it in training."""
+    from dataclasses import replace
+
+    from recipe.forge.experience.extract_rule import RuleExtractor
+
+    traj = one_step_episode(observation, admissible[0], -1.0, tuple(admissible))
+    invalid = replace(traj.steps[0], step=1, response_text="<action> Response", action="", is_action_valid=False)
+    traj = replace(traj, steps=[traj.steps[0], invalid], length=2)
+    return next(c.text for c in RuleExtractor(lesson_style).warning(traj, 0.0) if c.level == "mistake")
+
+
 def probe_states(env_name: str, target_max: int, states: int) -> dict[str, tuple[str, str, list[str]]]:
     """anchor observation -> (prompt, expert action, admissible actions) for the distinct states of ``states``
     task seeds."""
@@ -151,13 +168,17 @@ def probe(settings: ProbeSettings, states: int, tiny: bool = False) -> dict:
         """The tokens that start ``action`` right after the prefix, with or without a leading space."""
         return {tokenizer.encode(variant, add_special_tokens=False)[0] for variant in (action, " " + action)}
 
-    def expert_probability(prompt: str, expert: str, experience_text: str, placement: str) -> float:
+    def answer_probability(prompt: str, answers: list[str], experience_text: str, placement: str) -> float:
+        """P(the next answer is one of ``answers``) after the prompt with ``experience_text`` placed in it."""
         messages = experience_messages(experience_text, prompt, placement)
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + settings.prefix
         ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids
         with torch.no_grad():
             probs = torch.softmax(model(ids, logits_to_keep=1).logits[0, -1].float(), dim=-1)
-        return float(probs[sorted(first_tokens(expert))].sum())
+        return float(probs[sorted(set().union(*map(first_tokens, answers)))].sum())
+
+    def expert_probability(prompt: str, expert: str, experience_text: str, placement: str) -> float:
+        return answer_probability(prompt, [expert], experience_text, placement)
 
     def rendered(style: str, entry: ExperienceEntry) -> str:
         return ExperienceRenderer(settings.max_tokens, settings.experience_style, tokenizer, style).render([entry])[0]
@@ -170,24 +191,33 @@ def probe(settings: ProbeSettings, states: int, tiny: bool = False) -> dict:
         return rendered(style, ExperienceEntry(0, rule_diagnostic(anchor, failed, actions, style), WARNING,
                                                "diagnostic", 1.0, "", None, anchor, []))
 
+    def habit(anchor: str, actions: list[str], style: str) -> str:
+        return rendered(style, ExperienceEntry(0, rule_mistake(anchor, actions, style), WARNING, "mistake", 1.0, "",
+                                               None, anchor, []))
+
     none = [expert_probability(prompt, expert, "", "system") for prompt, expert, _ in seen.values()]
+    valid_none = [answer_probability(prompt, actions, "", "system") for prompt, _, actions in seen.values()]
     table = []
     for placement, style in itertools.product(INJECTIONS, LESSON_STYLES):
-        right, wrong, warned = [], [], []
+        right, wrong, warned, habits = [], [], [], []
         for anchor, (prompt, expert, actions) in seen.items():
             other = next(a for a in actions if a != expert)
             right.append(expert_probability(prompt, expert, lesson(anchor, expert, style), placement))
             wrong.append(expert_probability(prompt, expert, lesson(anchor, other, style), placement))
             warned.append(expert_probability(prompt, expert, warning(anchor, other, actions, style), placement))
+            habits.append(answer_probability(prompt, actions, habit(anchor, actions, style), placement))
         p = {"none": statistics.fmean(none), "right": statistics.fmean(right), "wrong": statistics.fmean(wrong),
              "warning": statistics.fmean(warned)}
+        valid = {"none": statistics.fmean(valid_none), "habit": statistics.fmean(habits)}
         table.append({"injection": placement, "lesson_style": style, "p_expert": p,
-                      "uses_library_gap": p["right"] - p["wrong"], "uses_warning_gap": p["warning"] - p["none"]})
+                      "uses_library_gap": p["right"] - p["wrong"], "uses_warning_gap": p["warning"] - p["none"],
+                      "p_valid": valid, "habit_valid_gap": valid["habit"] - valid["none"]})
     own = next(r for r in table if (r["injection"], r["lesson_style"]) == (settings.injection, settings.lesson_style))
     best = max(table, key=lambda r: r["uses_library_gap"])
     return {"model": "tiny-random-llama" if tiny else settings.model, "env": settings.env_name, "states": len(seen),
             "settings": settings.__dict__, "p_expert": own["p_expert"], "uses_library_gap": own["uses_library_gap"],
-            "uses_warning_gap": own["uses_warning_gap"],
+            "uses_warning_gap": own["uses_warning_gap"], "p_valid": own["p_valid"],
+            "habit_valid_gap": own["habit_valid_gap"],
             "best": {"injection": best["injection"], "lesson_style": best["lesson_style"],
                      "uses_library_gap": best["uses_library_gap"]},
             "table": table}
@@ -215,16 +245,17 @@ def main() -> None:
         return
     print(f"{result['model']} on {result['env']} ({result['states']} states), prefix {settings.prefix!r}")
     print(f"{'injection':>12} | {'lesson style':>12} | {'P none':>6} | {'P right':>7} | {'P wrong':>7} | "
-          f"{'P warning':>9} | gap | warning gap")
+          f"{'P warning':>9} | gap | warning gap | habit valid gap")
     for row in result["table"]:
         p = row["p_expert"]
         mark = "  <- settings" if (row["injection"], row["lesson_style"]) == (settings.injection,
                                                                                settings.lesson_style) else ""
         print(f"{row['injection']:>12} | {row['lesson_style']:>12} | {p['none']:.4f} | {p['right']:.4f}  | "
               f"{p['wrong']:.4f}  | {p['warning']:.4f}    | {row['uses_library_gap']:+.4f} | "
-              f"{row['uses_warning_gap']:+.4f}{mark}")
+              f"{row['uses_warning_gap']:+.4f} | {row['habit_valid_gap']:+.4f}{mark}")
     print(f"uses_library_gap (settings: {settings.injection}, {settings.lesson_style}) = "
-          f"{result['uses_library_gap']:+.4f}, uses_warning_gap = {result['uses_warning_gap']:+.4f}")
+          f"{result['uses_library_gap']:+.4f}, uses_warning_gap = {result['uses_warning_gap']:+.4f}, "
+          f"habit_valid_gap = {result['habit_valid_gap']:+.4f}")
 
 
 if __name__ == "__main__":

@@ -202,6 +202,18 @@ def test_imperative_invalid_habit_names_the_admissible_actions_and_quotes_no_inv
     assert garbage in descriptive["mistake"]  # the descriptive wording keeps its example
 
 
+def test_imperative_invalid_habit_shows_the_admissible_actions_in_the_answer_format_the_episode_used(traj):
+    loss = traj("u", "l", "reach the target.", [("Target: 1\nCurrent: 0", "+"), ("Target: 1\nCurrent: 1", ""),
+                                                ("Target: 1\nCurrent: 1", "")], -3.0, valid=[True, False, False],
+                admissible=("+", "-"))
+    loss.steps[0].response_text = "<action>+</action>"
+    loss.steps[1].response_text = loss.steps[2].response_text = "<action> Response Response"
+    got = {c.level: c for c in RuleExtractor("imperative").warning(loss, 0.5)}
+    assert got["mistake"].text == "Answer with one of <action>+</action>, <action>-</action>."
+    assert got["mistake"].key == "Target: 1\nCurrent: 1"  # keyed at the first invalid step
+    assert "Response" not in " ".join(c.text for c in got.values())
+
+
 def test_imperative_pattern_reads_valid_actions_only_and_carries_no_counts(traj):
     # a 135M policy's failed episodes: invalid answers whose parsed action is garbage, among valid "+" steps
     def loss(uid: str, actions: list[str], valid: list[bool]):

@@ -28,6 +28,12 @@ def test_the_warning_is_the_rule_extractors_diagnostic_for_a_failure_at_that_sta
         'the last action "+" at "Target: 2 Current: 3" led nowhere.')
 
 
+def test_the_habit_is_the_rule_extractors_mistake_for_an_invalid_answer(probe_module):
+    assert probe_module.rule_mistake("Target: 2\nCurrent: 3", ["+", "-"], "imperative") == (
+        "Answer with one of <action>+</action>, <action>-</action>.")
+    assert probe_module.rule_mistake("Target: 2\nCurrent: 3", ["+", "-"]).startswith("1 of 2 actions were invalid")
+
+
 def test_the_main_job_preset_gives_the_settings_it_trains_with(probe_module):
     main_job = probe_module.settings_from_config("main_job", [])
     assert (main_job.env_name, main_job.target_max, main_job.prefix) == ("gym_cards/NumberLine-v0", 3, "<action>")
@@ -52,6 +58,9 @@ def test_tiny_model_probe_measures_every_placement_and_style(probe_module):
         assert row["uses_library_gap"] == pytest.approx(p["right"] - p["wrong"])
         assert p["warning"] != p["none"]
         assert row["uses_warning_gap"] == pytest.approx(p["warning"] - p["none"])
+        valid = row["p_valid"]
+        assert p["none"] < valid["none"] <= 1.0  # the expert is one of the admissible answers, and not the only one
+        assert valid["habit"] != valid["none"] and row["habit_valid_gap"] == pytest.approx(valid["habit"] - valid["none"])
     own = next(r for r in result["table"] if (r["injection"], r["lesson_style"]) == ("user_suffix", "imperative"))
     assert result["uses_library_gap"] == own["uses_library_gap"] and result["p_expert"] == own["p_expert"]
-    assert result["uses_warning_gap"] == own["uses_warning_gap"]
+    assert result["uses_warning_gap"] == own["uses_warning_gap"] and result["habit_valid_gap"] == own["habit_valid_gap"]

@@ -173,8 +173,10 @@ class RuleExtractor:
     def _mistake(self, traj: TrajectoryRecord) -> tuple[str, StepRecord]:
         """The invalid-action habit (keyed at the first invalid step), else the failed plan shape (first step).
         The imperative wording names the admissible actions instead of quoting an invalid answer (a small model
-        copies what it reads next to its answer, garbage included), and carries no counts, so that the habit is one
-        entry whose support grows instead of one entry per count."""
+        copies what it reads next to its answer, garbage included), in the answer format the episode's valid
+        answers used where it has one (``Answer with one of <action>+</action>, <action>-</action>.``: the probe's
+        ``habit_valid_gap``), and carries no counts, so that the habit is one entry whose support grows instead of
+        one entry per count."""
         steps = traj.steps
         invalid = [s for s in steps if not s.is_action_valid]
         if not invalid:
@@ -184,6 +186,8 @@ class RuleExtractor:
         first = invalid[0]
         if self.imperative:
             listed = first.admissible_actions
+            if 0 < len(listed) <= MAX_UNTRIED and any(map(answer_tag, steps)):
+                return f"Answer with {_one_of(steps, listed)}.", first
             choices = (" (" + " or ".join(f'"{shorten(a, 40)}"' for a in listed) + ")"
                        if 0 < len(listed) <= MAX_UNTRIED else "")
             return f"Answer with exactly one admissible action{choices} in the required format.", first
