@@ -91,6 +91,7 @@ class StepRecord:
     experience_ids: tuple[str, ...] = ()
     info: dict[str, Any] = field(default_factory=dict)
     admissible_actions: tuple[str, ...] = ()  # the actions the environment listed at ``anchor_obs``
+    expert_action: str | None = None  # the environment's expert action at this state (None: it has no expert)
 
 
 @runtime_checkable

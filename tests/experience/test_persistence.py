@@ -224,3 +224,33 @@ def test_viewer_entry_point_runs_as_a_program(cfg, tmp_path, iterate):
     done = subprocess.run([sys.executable, "-m", "recipe.forge.experience.viewer", str(tmp_path), "--top", "1"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "experience library: iteration 0" in done.stdout
+
+
+def test_lesson_advice_survives_save_and_load_and_old_libraries_load_without_it(cfg, tmp_path):
+    from recipe.forge.experience.library import Advice, Candidate
+
+    system = ExperienceSystem.from_config(cfg())
+    advice = Advice(state="Target: 0 Current: 2", do=("-",), avoid=("+",), expert="-")
+    system.library.insert_unchecked([
+        Candidate("At \"Target: 0 Current: 2\", answer with <action>-</action>.", "golden", "example", 1.0,
+                  key="Target: 0 Current: 2", advice=advice),
+        Candidate("For tasks like this, follow a plan of this shape: +.", "golden", "principle", 1.0),
+    ], iteration=0)
+    system.save(tmp_path)
+    restored = ExperienceSystem.from_checkpoint(tmp_path, cfg())
+    by_level = {e.level: e.advice for e in restored.library.all_entries()}
+    assert by_level == {"example": advice, "principle": None}
+
+    path = tmp_path / FILENAME
+    document = json.loads(path.read_text())
+    for entry in document["payload"]["library"]["entries"]:
+        del entry["advice"]  # a library saved before lessons carried advice
+    from recipe.forge.experience.store import save_payload
+
+    save_payload(tmp_path, document["payload"])
+    old = ExperienceSystem.from_checkpoint(tmp_path, cfg())
+    assert [e.advice for e in old.library.all_entries()] == [None, None]
+
+    document["payload"]["library"]["entries"][0]["advice"] = {"state": "s", "do": [3], "avoid": [], "expert": None}
+    with pytest.raises(CheckpointError, match=r"advice.do must hold action strings"):
+        save_payload(tmp_path, document["payload"])

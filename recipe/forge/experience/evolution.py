@@ -8,7 +8,7 @@
    ended by a fault (``failure_reason`` set) teach nothing and are skipped.
 2. Select the top ``top_k_trajectories`` successes (highest return, then shortest) and the bottom
    ``top_k_trajectories`` failures (lowest return, then longest).
-3. Extract candidates (rule-based or LLM), merge exact duplicates (support adds up), then keep at most
+3. Extract candidates (rule-based or LLM, from the selection; an extractor may also read the whole batch), merge exact duplicates (support adds up), then keep at most
    ``max_strategies`` golden and ``max_warnings`` warning candidates: highest score first, then support,
    then spread over levels (the i-th candidate of each level before the (i+1)-th of any), then extraction order.
 4. Admit each (novelty merge / score-based admission), then prune.
@@ -26,10 +26,14 @@ from recipe.forge.experience.library import GOLDEN, LEVELS, WARNING, Candidate, 
 
 
 class Extractor(Protocol):
+    """Candidates from the selected successes and failures; ``batch`` is every usable trajectory of the
+    iteration (faulted ones left out), for extractors that compare steps across a whole task group."""
+
     stats: dict[str, int]
 
     def extract(
-        self, successes: Sequence[TrajectoryRecord], failures: Sequence[TrajectoryRecord], threshold: float
+        self, successes: Sequence[TrajectoryRecord], failures: Sequence[TrajectoryRecord], threshold: float,
+        batch: Sequence[TrajectoryRecord] = (),
     ) -> list[Candidate]: ...
 
 
@@ -133,7 +137,8 @@ def evolve_library(
 ) -> EvolutionResult:
     successes, failures, eta = partition(trajectories, success_threshold)
     best, worst = select(successes, failures, top_k_trajectories)
-    candidates = dedupe(extractor.extract(best, worst, eta))
+    usable = [t for t in trajectories if t.failure_reason is None]
+    candidates = dedupe(extractor.extract(best, worst, eta, batch=usable))
     chosen = rate_limit(candidates, GOLDEN, max_strategies) + rate_limit(candidates, WARNING, max_warnings)
     result = EvolutionResult(successes=len(successes), failures=len(failures), candidates=len(candidates),
                              threshold=eta)

@@ -113,7 +113,8 @@ class LLMExtractor:
         self.stats = {"llm_calls": 0, "llm_errors": 0, "malformed": 0}
 
     def extract(
-        self, successes: Sequence[TrajectoryRecord], failures: Sequence[TrajectoryRecord], threshold: float
+        self, successes: Sequence[TrajectoryRecord], failures: Sequence[TrajectoryRecord], threshold: float,
+        batch: Sequence[TrajectoryRecord] = (),
     ) -> list[Candidate]:
         out: list[Candidate] = []
         for traj in successes:

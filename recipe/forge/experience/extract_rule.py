@@ -123,7 +123,8 @@ class RuleExtractor:
         self.stats = {"llm_calls": 0, "malformed": 0}
 
     def extract(
-        self, successes: Sequence[TrajectoryRecord], failures: Sequence[TrajectoryRecord], threshold: float
+        self, successes: Sequence[TrajectoryRecord], failures: Sequence[TrajectoryRecord], threshold: float,
+        batch: Sequence[TrajectoryRecord] = (),
     ) -> list[Candidate]:
         out: list[Candidate] = []
         for traj in successes:

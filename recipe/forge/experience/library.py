@@ -45,9 +45,32 @@ def check_zone_level(zone: str, level: str) -> None:
         raise ValueError(f"level={level!r} is not a level of the {zone} zone; choose one of {list(LEVELS[zone])}")
 
 
+@dataclass(frozen=True)
+class Advice:
+    """What a lesson tells the agent at one state, in checkable form (kept beside the text, never rendered).
+
+    At the observation ``state``: answer with one of ``do`` (empty: the lesson names no action to take) and with
+    none of ``avoid``. ``expert`` is the environment's expert action at the step the lesson was drawn from (None
+    where the environment has no expert); it is only read to measure lessons (lesson_quality.py), never shown.
+    """
+
+    state: str
+    do: tuple[str, ...] = ()
+    avoid: tuple[str, ...] = ()
+    expert: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data (lists, as JSON reads them back), read by :meth:`from_dict`."""
+        return {"state": self.state, "do": list(self.do), "avoid": list(self.avoid), "expert": self.expert}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "Advice":
+        return cls(str(raw["state"]), tuple(raw["do"]), tuple(raw["avoid"]), raw["expert"])
+
+
 @dataclass
 class Candidate:
-    """An extracted experience before admission."""
+    """An extracted experience before admission (``advice``: what it says to do at one state, or None)."""
 
     text: str
     zone: str
@@ -58,6 +81,7 @@ class Candidate:
     key: str = ""  # the observation it was drawn from (retrieval matches observations against it)
     cluster_ids: list[int] = field(default_factory=list)
     support: int = 1
+    advice: Advice | None = None
 
     def __post_init__(self):
         check_zone_level(self.zone, self.level)
@@ -80,6 +104,7 @@ class ExperienceEntry:
     retrieval_count: int = 0
     created_iter: int = 0
     updated_iter: int = 0
+    advice: Advice | None = None
 
     def rank_key(self) -> tuple:
         """Larger is better: score, then support, then recency, then the older entry."""
@@ -142,6 +167,8 @@ class ExperienceLibrary:
             for cid in candidate.cluster_ids:
                 self.link(entry.entry_id, cid)
             entry.updated_iter = iteration
+            if entry.advice is None:
+                entry.advice = candidate.advice
             return "merged", entry.entry_id
         level = self.levels[(candidate.zone, candidate.level)]
         if len(level) >= capacity:
@@ -172,6 +199,7 @@ class ExperienceLibrary:
             support=int(candidate.support),
             created_iter=iteration,
             updated_iter=iteration,
+            advice=candidate.advice,
         )
         self.next_id += 1
         self._store(entry)
@@ -269,7 +297,8 @@ class ExperienceLibrary:
             "warning_capacity": self.capacity[WARNING],
             "novelty_threshold": self.novelty_threshold,
             "next_id": self.next_id,
-            "entries": [asdict(e) for e in self.entries.values()],
+            "entries": [{**asdict(e), "advice": None if e.advice is None else e.advice.as_dict()}
+                        for e in self.entries.values()],
         }
 
     @classmethod
@@ -286,6 +315,8 @@ class ExperienceLibrary:
         if embed is not None:  # one batched call fills the embedder's cache for the per-entry lookups below
             embed([raw["text"] for raw in state["entries"]])
         for raw in state["entries"]:
-            library._store(ExperienceEntry(**{**raw, "cluster_ids": list(raw["cluster_ids"])}))
+            advice = raw.get("advice")
+            library._store(ExperienceEntry(**{**raw, "cluster_ids": list(raw["cluster_ids"]),
+                                              "advice": None if advice is None else Advice.from_dict(advice)}))
         library.prune()
         return library

@@ -36,6 +36,8 @@ ENTRY_FIELDS = {
     "task_type": (str, type(None)), "key": str, "cluster_ids": list, "support": int, "retrieval_count": int,
     "created_iter": int, "updated_iter": int,
 }
+OPTIONAL_ENTRY_FIELDS = {"advice": (dict, type(None))}  # absent in libraries saved before lessons carried advice
+ADVICE_FIELDS = {"state": str, "do": list, "avoid": list, "expert": (str, type(None))}
 CLUSTER_FIELDS = {"cluster_id": int, "prototype": str, "uses": int, "created_iter": int, "last_used_iter": int}
 PAYLOAD_FIELDS = {"iteration": int, "version": int, "library": dict, "index": dict, "counters": dict, "config": dict}
 LIBRARY_FIELDS = {"golden_capacity": int, "warning_capacity": int, "novelty_threshold": (int, float),
@@ -117,12 +119,15 @@ def _is_finite(value: Any) -> bool:
         return False
 
 
-def _check_fields(obj: Any, fields: dict[str, Any], where: str) -> None:
-    """Exactly ``fields``, each of its type; numbers finite; counts and ids >= 0."""
+def _check_fields(obj: Any, fields: dict[str, Any], where: str, optional: dict[str, Any] | None = None) -> None:
+    """Exactly ``fields`` (and any of ``optional``), each of its type; numbers finite; counts and ids >= 0."""
     if not isinstance(obj, dict):
         raise CheckpointError(f"{where} must be an object, got {type(obj).__name__}")
-    for name, kind in fields.items():
+    optional = optional or {}
+    for name, kind in {**fields, **optional}.items():
         if name not in obj:
+            if name in optional:
+                continue
             raise CheckpointError(f"{where} is missing the field {name!r}")
         value = obj[name]
         if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
@@ -132,9 +137,17 @@ def _check_fields(obj: Any, fields: dict[str, Any], where: str) -> None:
                 raise CheckpointError(f"{where}.{name}={_short(value)} is not a finite number")
             if name in NON_NEGATIVE and value < 0:
                 raise CheckpointError(f"{where}.{name}={value} must be >= 0")
-    unknown = sorted(set(obj) - set(fields), key=str)
+    unknown = sorted(set(obj) - set(fields) - set(optional), key=str)
     if unknown:
         raise CheckpointError(f"{where} has the unknown field {_short(unknown[0])}")
+
+
+def _check_advice(advice: Any, where: str) -> None:
+    """A lesson's advice: its fields, with lists of action strings."""
+    _check_fields(advice, ADVICE_FIELDS, where)
+    for name in ("do", "avoid"):
+        if not all(isinstance(action, str) for action in advice[name]):
+            raise CheckpointError(f"{where}.{name} must hold action strings")
 
 
 def _short(value: Any) -> str:
@@ -161,7 +174,9 @@ def validate_payload(payload: dict[str, Any], source: str) -> None:
     seen: set[int] = set()
     for n, entry in enumerate(library["entries"]):
         where = f"{source}: library.entries[{n}]"
-        _check_fields(entry, ENTRY_FIELDS, where)
+        _check_fields(entry, ENTRY_FIELDS, where, OPTIONAL_ENTRY_FIELDS)
+        if entry.get("advice") is not None:
+            _check_advice(entry["advice"], f"{where}.advice")
         if entry["zone"] not in LEVELS or entry["level"] not in LEVELS[entry["zone"]]:
             raise CheckpointError(f"{where} has zone={_short(entry['zone'])} level={_short(entry['level'])}, "
                                   "not a known pair")
