@@ -1,20 +1,30 @@
-"""SLEA-RL against GiGPO and GRPO over seeds, at one budget: runs the main job per estimator x seed and writes
-the per-seed final figures.
+"""SLEA-RL against GiGPO and GRPO over seeds, at one budget: runs a preset per method x seed and writes the
+per-seed final figures, their means with standard errors, and paired comparisons.
 
-Every run is ``python -m recipe.forge.main_forge +experiment=main_job`` with the estimator, ``env.seed``, the
-iteration budget (validation once, after the last iteration, on ``--val-tasks`` held-out tasks x G copies) and
-its own run folder under ``--runs-dir`` (with every training step in ``rollouts/<iteration>.jsonl``, for
-scripts/analyze_numberline_sweep.py); ``--parallel`` runs go at a time, one thread each. Extra Hydra
-overrides after ``--`` apply to every run (e.g. a model path). The output file holds, per estimator and seed::
+Every run is ``python -m recipe.forge.main_forge +experiment=<preset>`` (``--preset``, default the main job) with
+the method's overrides, ``env.seed``, the iteration budget (validation once, after the last iteration, on
+``--val-tasks`` held-out tasks x G copies) and its own run folder under ``--runs-dir`` (with every training and
+validation step under ``rollouts/``, for scripts/analyze_numberline_sweep.py); ``--parallel`` runs go at a time,
+one thread each. Extra Hydra overrides after ``--`` apply to every run (e.g. a model path).
 
-    {"forge": {"0": {"val_success": 0.5, "val_success_no_library": 0.4375, "train_success_last": 0.25}, ...},
-     "gigpo": {...}, "grpo": {...}}
+Methods (``--methods``, formerly ``--estimators``): ``forge`` (SLEA-RL), ``gigpo``, ``grpo``; ``oracle`` (SLEA-RL
+whose lessons come from the environment's expert at every visited state, ``algorithm.forge.extractor=oracle``:
+the most injection can give this policy, the ceiling); ``forge_frozen`` (the library alone: SLEA-RL's library
+evolving over a frozen policy, ``trainer.local.freeze_policy=true``) and ``frozen`` (the same frozen policy
+without a library). The output file holds, per method and seed::
 
-``val_success_no_library`` is null for estimators without a library. A run that fails stops the sweep with its
-log's tail. The full sweep of the issue (3 estimators x 3 seeds):
+    {"forge": {"0": {"val_success": 0.5, "val_success_no_library": 0.4375, "train_success_last": 0.25,
+                     "lesson_precision": 0.9}, ...},
+     "gigpo": {...}, "grpo": {...}, "oracle": {...}}
 
-    .venv/bin/python scripts/seed_sweep.py --seeds 0 1 2 --iterations 12 --val-tasks 12 --parallel 3 \\
-        --out docs/results/main_job_seeds.json
+``val_success_no_library`` and ``lesson_precision`` are null for methods without a library (precision: the last
+logged ``forge/lesson_precision``; null where no lesson could be checked). ``--summary`` writes the means,
+standard errors and the paired comparisons of ``forge`` with every other method (per-seed differences: mean,
+standard error, and whether it exceeds two standard errors), and where SLEA-RL falls between the floor
+(``gigpo``) and the ceiling (``oracle``). A run that fails stops the sweep with its log's tail. Example:
+
+    .venv/bin/python scripts/seed_sweep.py --methods forge gigpo grpo oracle --seeds 0 1 2 3 4 --iterations 12 \
+        --val-tasks 16 --parallel 2 --out docs/results/seeds_numberline.json
 """
 
 from __future__ import annotations
@@ -28,26 +38,37 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ESTIMATORS = ("forge", "gigpo", "grpo")
+METHODS: dict[str, tuple[str, ...]] = {
+    "forge": ("algorithm.adv_estimator=forge",),
+    "gigpo": ("algorithm.adv_estimator=gigpo",),
+    "grpo": ("algorithm.adv_estimator=grpo",),
+    "oracle": ("algorithm.adv_estimator=forge", "algorithm.forge.extractor=oracle"),
+    "forge_frozen": ("algorithm.adv_estimator=forge", "trainer.local.freeze_policy=true"),
+    "frozen": ("algorithm.adv_estimator=gigpo", "trainer.local.freeze_policy=true"),
+}
+DEFAULT_METHODS = ("forge", "gigpo", "grpo")
+FLOOR, CEILING = "gigpo", "oracle"
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_overrides(estimator: str, seed: int, iterations: int, val_tasks: int, run_dir: Path) -> list[str]:
+def run_overrides(method: str, seed: int, iterations: int, val_tasks: int, run_dir: Path,
+                  preset: str = "main_job") -> list[str]:
     """The Hydra overrides of one run of the sweep."""
     return [
-        "+experiment=main_job", f"algorithm.adv_estimator={estimator}", f"env.seed={seed}",
+        f"+experiment={preset}", *METHODS[method], f"env.seed={seed}",
         f"trainer.total_training_steps={iterations}", f"trainer.test_freq={iterations}",
         f"data.val_batch_size={val_tasks}", "trainer.save_freq=-1", "trainer.val_before_train=false",
         f"trainer.default_local_dir={run_dir}", f"algorithm.forge.checkpoint_dir={run_dir}/library",
         f"trainer.rollout_data_dir={run_dir}/rollouts",
-        f"trainer.experiment_name=seeds_{estimator}_{seed}", "trainer.local.num_threads=1",
+        f"trainer.experiment_name=seeds_{method}_{seed}", "trainer.local.num_threads=1",
         "trainer.local.progress=false", "trainer.logger=[jsonl]",
     ]
 
 
 def final_figures(metrics_file: Path) -> dict[str, float | None]:
-    """val_success, val_success_no_library (None when the run has none) and train_success_last of one run's
-    metrics.jsonl: the last validation and the last iteration's training success."""
+    """val_success, val_success_no_library (None when the run has none), train_success_last and lesson_precision
+    (the last logged ``forge/lesson_precision``, None when never logged) of one run's metrics.jsonl: the last
+    validation and the last iteration's training success."""
     from recipe.forge.engines.local.tracking import read_metrics  # former metric names read as current ones
 
     rows = read_metrics(metrics_file)
@@ -58,37 +79,92 @@ def final_figures(metrics_file: Path) -> dict[str, float | None]:
         raise ValueError(f"{metrics_file} holds no validation (val/success_rate)")
     last_val = validated[-1]
     no_library = last_val.get("val_no_library/success_rate")
+    precision = [r["forge/lesson_precision"] for r in rows if r.get("forge/lesson_precision") is not None]
     return {"val_success": float(last_val["val/success_rate"]),
             "val_success_no_library": None if no_library is None else float(no_library),
-            "train_success_last": float(rows[-1]["success_rate"])}
+            "train_success_last": float(rows[-1]["success_rate"]),
+            "lesson_precision": float(precision[-1]) if precision else None}
 
 
-def run_one(estimator: str, seed: int, args: argparse.Namespace, extra: list[str]) -> dict[str, float | None]:
-    run_dir = (args.runs_dir / f"{estimator}_seed{seed}").resolve()
+def run_one(method: str, seed: int, args: argparse.Namespace, extra: list[str]) -> dict[str, float | None]:
+    run_dir = (args.runs_dir / f"{method}_seed{seed}").resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "recipe.forge.main_forge",
-               *run_overrides(estimator, seed, args.iterations, args.val_tasks, run_dir), *extra]
+               *run_overrides(method, seed, args.iterations, args.val_tasks, run_dir, args.preset), *extra]
     log = run_dir / "sweep.log"
     with log.open("w") as out:
         done = subprocess.run(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
                               env={**os.environ, "OMP_NUM_THREADS": "1"})
     if done.returncode != 0:
         tail = "\n".join(log.read_text().splitlines()[-20:])
-        raise RuntimeError(f"{estimator} seed {seed} failed (exit {done.returncode}); {log}:\n{tail}")
+        raise RuntimeError(f"{method} seed {seed} failed (exit {done.returncode}); {log}:\n{tail}")
     return final_figures(run_dir / "metrics.jsonl")
 
 
+def mean_and_se(values: list[float]) -> dict[str, float | int]:
+    """Mean, standard error (sample sd / sqrt(n); 0 for one value) and n."""
+    n = len(values)
+    se = statistics.stdev(values) / n ** 0.5 if n > 1 else 0.0
+    return {"mean": statistics.fmean(values), "se": se, "n": n}
+
+
+def per_seed(results: dict[str, dict[str, dict]], method: str, key: str = "val_success") -> dict[str, float | None]:
+    """{seed: the method's figure ``key``}."""
+    return {seed: figures.get(key) for seed, figures in results.get(method, {}).items()}
+
+
+def paired(a: dict[str, float | None], b: dict[str, float | None]) -> dict | None:
+    """``a`` - ``b`` over the seeds where both have a figure: the per-seed differences' mean and standard error,
+    and whether the mean lies more than two standard errors above or below 0 (None when no seed is shared)."""
+    seeds = sorted((s for s in set(a) & set(b) if a[s] is not None and b[s] is not None), key=int)
+    if not seeds:
+        return None
+    diffs = [a[s] - b[s] for s in seeds]
+    stats = mean_and_se(diffs)
+    return {**stats, "seeds": seeds, "diffs": diffs,
+            "above_two_se": stats["n"] > 1 and stats["mean"] > 2 * stats["se"],
+            "below_two_se": stats["n"] > 1 and stats["mean"] < -2 * stats["se"]}
+
+
+def summarise(results: dict[str, dict[str, dict]]) -> dict:
+    """Per method: mean and standard error of every figure; ``forge`` paired with every other method and with
+    itself without its library; with the floor and ceiling present, where SLEA-RL's mean falls between them
+    ((forge - floor) / (ceiling - floor))."""
+    out: dict = {"methods": {}, "paired": {}}
+    for method, seeds in results.items():
+        figures = {}
+        for key in ("val_success", "val_success_no_library", "train_success_last", "lesson_precision"):
+            values = [f[key] for f in seeds.values() if f.get(key) is not None]
+            figures[key] = mean_and_se(values) if values else None
+        out["methods"][method] = figures
+    if "forge" in results:
+        ours = per_seed(results, "forge")
+        for other in results:
+            if other != "forge":
+                out["paired"][f"forge-{other}"] = paired(ours, per_seed(results, other))
+        out["paired"]["forge-forge_no_library"] = paired(ours, per_seed(results, "forge", "val_success_no_library"))
+    if {"forge", FLOOR, CEILING} <= set(results):
+        floor, ceiling, mean = (out["methods"][m]["val_success"]["mean"] for m in (FLOOR, CEILING, "forge"))
+        out["between_floor_and_ceiling"] = (mean - floor) / (ceiling - floor) if ceiling != floor else None
+    return out
+
+
 def summary(results: dict[str, dict[str, dict]]) -> str:
-    lines = [f"{'estimator':>9} | {'val success (mean +- sd)':>25} | {'val without library':>20} | {'train last':>15}"]
-    for estimator, seeds in results.items():
-        def stat(key: str) -> str:
-            values = [s[key] for s in seeds.values() if s[key] is not None]
-            if not values:
-                return "-"
-            sd = statistics.stdev(values) if len(values) > 1 else 0.0
-            return f"{statistics.fmean(values):.3f} +- {sd:.3f}"
-        lines.append(f"{estimator:>9} | {stat('val_success'):>25} | {stat('val_success_no_library'):>20} | "
-                     f"{stat('train_success_last'):>15}")
+    """The printed table: mean +- standard error per method and figure, then the paired comparisons."""
+    stats = summarise(results)
+    lines = [f"{'method':>12} | {'val success':>15} | {'val no library':>15} | {'train last':>15} | "
+             f"{'lesson precision':>16}"]
+    for method, figures in stats["methods"].items():
+        cells = [f"{f['mean']:.3f} +- {f['se']:.3f}" if f else "-" for f in figures.values()]
+        lines.append(f"{method:>12} | {cells[0]:>15} | {cells[1]:>15} | {cells[2]:>15} | {cells[3]:>16}")
+    for name, comparison in stats["paired"].items():
+        if comparison:
+            verdict = ("above" if comparison["above_two_se"] else "below" if comparison["below_two_se"]
+                       else "within")
+            lines.append(f"paired {name}: {comparison['mean']:+.3f} +- {comparison['se']:.3f} over "
+                         f"{comparison['n']} seeds ({verdict} two standard errors)")
+    if stats.get("between_floor_and_ceiling") is not None:
+        lines.append(f"SLEA-RL between floor ({FLOOR}) and ceiling ({CEILING}): {stats['between_floor_and_ceiling']:.2f}")
     return "\n".join(lines)
 
 
@@ -97,22 +173,27 @@ def main(argv: list[str] | None = None) -> int:
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), choices=ESTIMATORS)
+    parser.add_argument("--methods", "--estimators", dest="methods", nargs="+", default=list(DEFAULT_METHODS),
+                        choices=list(METHODS))
+    parser.add_argument("--preset", default="main_job", help="the experiment preset (recipe/forge/config/experiment)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--iterations", type=int, default=12)
     parser.add_argument("--val-tasks", type=int, default=12, help="held-out tasks in the final validation")
     parser.add_argument("--parallel", type=int, default=1)
     parser.add_argument("--runs-dir", type=Path, default=REPO / "runs" / "seed_sweep")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "results" / "main_job_seeds.json")
+    parser.add_argument("--summary", type=Path, default=None, help="also write summarise()'s JSON here")
     args = parser.parse_args(argv)
-    jobs = [(e, s) for s in args.seeds for e in args.estimators]  # a seed's estimators run side by side
+    jobs = [(m, s) for s in args.seeds for m in args.methods]  # a seed's methods run side by side
     with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
         figures = list(pool.map(lambda job: run_one(*job, args, extra), jobs))
     results: dict[str, dict[str, dict]] = {}
-    for (estimator, seed), fig in zip(jobs, figures):
-        results.setdefault(estimator, {})[str(seed)] = fig
+    for (method, seed), fig in zip(jobs, figures):
+        results.setdefault(method, {})[str(seed)] = fig
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1) + "\n")
+    if args.summary is not None:
+        args.summary.write_text(json.dumps(summarise(results), indent=1) + "\n")
     print(summary(results))
     print(f"wrote {args.out}")
     return 0

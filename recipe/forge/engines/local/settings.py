@@ -32,6 +32,7 @@ class LocalSettings:
     num_threads: int = 0  # torch CPU threads; 0 = torch's default
     progress: bool = True  # tqdm bars
     response_prefix: str = ""  # prefilled start of every response, e.g. "<action>" (a format aid for tiny models)
+    freeze_policy: bool = False  # True: roll out and evolve the library, never update the policy (library alone)
 
     def validate(self) -> None:
         check_choice("trainer.local.device", self.device, DEVICES)

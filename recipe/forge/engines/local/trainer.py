@@ -5,7 +5,8 @@ One iteration (docs/architecture.md, "One iteration"):
 1. rollout of B tasks x G environments through the TrajectoryCollector with the batched HF generator; the
    experience system clusters every step and (after warm-up) injects experiences;
 2. step samples -> tensors; reference log-probs (KL loss), critic values (GAE), advantages;
-3. PPO-family update with verl's losses (+ self-distillation against the library-as-teacher context);
+3. PPO-family update with verl's losses (+ self-distillation against the library-as-teacher context), skipped
+   with ``trainer.local.freeze_policy`` (the library alone on a frozen policy);
 4. library evolution from the batch's trajectories; metrics; validation and checkpoints on schedule.
 """
 
@@ -230,6 +231,9 @@ class LocalTrainer:
         with timer.phase("prepare"):
             batch = build_step_batch(rollout, self.tokenizer.pad_token_id, self.algorithm.gamma,
                                      self.algorithm.invalid_action_penalty_coef)
+        if s.local.freeze_policy:  # the library alone (or the frozen policy itself): no update
+            return self._finish_iteration(iteration, rollout, batch, generated, timer, {}, None)
+        with timer.phase("prepare"):
             old_log_probs = batch.old_log_probs
             needs_pi2 = self.algorithm.adv_estimator in NEEDS_SUM_PI_SQUARED
             sum_pi_squared = None
@@ -249,6 +253,13 @@ class LocalTrainer:
             update_metrics = self.updater.update(batch, advantages, old_log_probs, ref_log_probs,
                                                  returns=returns, old_values=values, distill=distill)
         update_metrics.update(self._step_lr_schedulers())
+        return self._finish_iteration(iteration, rollout, batch, generated, timer, update_metrics, distill)
+
+    def _finish_iteration(self, iteration: int, rollout, batch: StepBatch, generated: int, timer: PhaseTimer,
+                          update_metrics: dict[str, float], distill: DistillationInputs | None) -> dict[str, float]:
+        """Library evolution, the iteration's metrics and the rollout dump, after the update (or instead of it,
+        with ``trainer.local.freeze_policy``)."""
+        s = self.settings
         metrics: dict[str, float] = dict(rollout.metrics)
         metrics.update(update_metrics)
         if self.experience is not None:
