@@ -56,7 +56,7 @@ from recipe.forge.experience.library import GOLDEN, WARNING, Advice, Candidate
 from recipe.forge.step_samples import StepSamples, step_returns
 
 STATE_LEVELS = ("example", "pattern", "diagnostic")  # the levels that say what to do at one state
-TIE_TOLERANCE = 1e-9  # mean returns closer than this are equal (float rounding of one discounting path)
+TIE_TOLERANCE = 1e-9  # mean returns closer than this are equal (float rounding)
 
 
 @dataclass
@@ -94,7 +94,7 @@ class CreditExtractor:
 
     def state_lessons(self, batch: Sequence[TrajectoryRecord]) -> list[Candidate]:
         """The credit-assigned example and diagnostic candidates of every step group of ``batch``."""
-        episodes = {}
+        episodes: dict[str, TrajectoryRecord] = {}
         for traj in batch:
             if traj.traj_uid in episodes:
                 raise ValueError(f"two trajectories of the batch share traj_uid={traj.traj_uid!r}: their step "
@@ -116,17 +116,19 @@ class CreditExtractor:
             if len(credits) < 2:
                 continue
             self.stats["credit_states"] += 1
-            lessons = self._lessons(credits, episodes[credits[0].steps[0].traj_uid])
+            lessons = self._lessons(credits, episodes)
             self.stats["credit_lessons"] += len(lessons)
             out.extend(lessons)
         return out
 
-    def _lessons(self, credits: list[ActionCredit], traj: TrajectoryRecord) -> list[Candidate]:
-        """The example and diagnostics of one group's ranked ``credits`` (best first); none on a tie at the top."""
+    def _lessons(self, credits: list[ActionCredit], episodes: dict[str, TrajectoryRecord]) -> list[Candidate]:
+        """The example and diagnostics of one group's ranked ``credits`` (best first); none on a tie at the top.
+        ``episodes``: the batch's trajectories by traj_uid (the lessons' task is the source step's)."""
         best, runner_up = credits[0], credits[1]
         if best.mean_return - runner_up.mean_return <= TIE_TOLERANCE:
             return []
         source = best.steps[0]
+        traj = episodes[source.traj_uid]
         clusters = [source.cluster_id] if source.cluster_id is not None else []
         alone = TrajectoryRecord(uid=traj.uid, traj_uid=traj.traj_uid, task=traj.task, task_type=traj.task_type,
                                  steps=[source], episode_reward=traj.episode_reward, success=traj.success, length=1)
