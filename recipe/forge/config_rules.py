@@ -24,6 +24,7 @@ EPISODE_NORM_OVER = ("steps", "trajectories")
 RETRIEVAL_MODES = ("observation", "task", "hybrid", "clustered")
 DIVERGENCES = ("kl", "reverse_kl", "jsd")
 EXTRACTORS = ("rule", "llm")
+LESSON_CREDITS = ("outcome", "step")  # state lessons credited by episode outcome (the paper) or by step return
 RESUME_MODES = ("disable", "auto", "resume_path")
 
 
@@ -83,6 +84,7 @@ class ForgeValues:
     max_warnings_per_iter: int = 5
     novelty_threshold: float = 0.85
     extractor: str = "rule"
+    lesson_credit: str = "outcome"
 
     def __post_init__(self):
         p = "algorithm.forge"
@@ -127,6 +129,7 @@ class ForgeValues:
         check_int(f"{p}.max_warnings_per_iter", self.max_warnings_per_iter, 0)
         check_range(f"{p}.novelty_threshold", self.novelty_threshold, 0.0, 1.0)
         check_choice(f"{p}.extractor", self.extractor, EXTRACTORS)
+        check_choice(f"{p}.lesson_credit", self.lesson_credit, LESSON_CREDITS)
 
 
 

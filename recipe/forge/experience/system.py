@@ -89,7 +89,10 @@ class ExperienceSystem:
     """Library, observation index, retriever, renderer and extractor built from one forge config section."""
 
     def __init__(self, cfg: Any, tokenizer: Any | None = None, llm: Callable[[str], str] | None = None,
-                 embedder: Callable | None = None, lsh: LSHParams | None = None, view: bool = False):
+                 embedder: Callable | None = None, lsh: LSHParams | None = None, view: bool = False,
+                 gamma: float | None = None, invalid_action_penalty_coef: float | None = None):
+        """``gamma`` and ``invalid_action_penalty_coef``: the algorithm section's, needed (and only read) when
+        ``lesson_credit`` is ``step``."""
         self.cfg = forge_values(cfg)
         c = self.cfg
         if c.use_embeddings and embedder is None:
@@ -113,6 +116,10 @@ class ExperienceSystem:
             self.extractor = LLMExtractor(llm)
         else:
             self.extractor = RuleExtractor(c.lesson_style)
+        if c.lesson_credit == "step" and not view:
+            from recipe.forge.experience.extract_credit import step_credit  # imports torch (step_samples)
+
+            self.extractor = step_credit(self.extractor, c.lesson_style, gamma, invalid_action_penalty_coef)
         self.view = view  # a snapshot-backed worker copy: provides, never evolves
         self.iteration = 0
         self.version = 0

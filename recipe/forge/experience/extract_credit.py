@@ -1,0 +1,181 @@
+"""Step-credit extraction (``lesson_credit: step``): state lessons from the actions compared at the same state.
+
+The outcome extractors credit a step by its episode's outcome: every step of a won episode is golden material,
+and a failed episode's last action becomes a warning even when that action was right and the episode failed
+earlier or ran out of steps. :class:`CreditExtractor` credits each step as the step part of the ``forge`` /
+``gigpo`` advantage does:
+
+1. Returns. Every step of the iteration's usable trajectories (the extractor's ``batch``) gets its discounted
+   step return R_t = sum_k gamma^(k-t) r_k over its episode, with the invalid-action penalty subtracted from an
+   invalid step's own return: :func:`recipe.forge.step_samples.step_returns`, the function the engines train
+   with, with the run's ``algorithm.gamma`` and ``algorithm.invalid_action_penalty_coef``.
+2. Groups. The steps of one task group (uid) at one state: the same observation cluster (``cluster_id``, forge's
+   step groups), or the same anchor observation where a step has no cluster (gigpo's). Different uids are
+   never compared: their tasks differ.
+3. Credit. Within a group the valid steps are split by action (whitespace-normalised). With at least two
+   actions, and one action whose mean return is above every other's (by more than :data:`TIE_TOLERANCE`):
+
+   * golden ``example``: at that state, take the best action. Score: its mean return minus the runner-up's
+     (the margin it won by); support: the valid steps of the group;
+   * warning ``diagnostic``, one per other action: at that state, take the best action instead. Score: the
+     best mean return minus that action's; support: the steps that took either.
+
+   Scores are return gaps, in the units of the returns (as the outcome scores are), so admission ranks
+   stronger evidence higher. One action only, or a best mean shared by two actions: no state lesson (the
+   evidence names no single action to take). ``pattern`` stays empty: a loop is an episode's property, which
+   the step comparison does not see.
+4. Invalid steps take no part in the comparison: an invalid answer is never golden material, and a warning
+   never quotes one (a small model copies what it reads next to its answer). Comparing a valid action with an
+   invalid answer would only show that the valid one parsed (its return is higher by the penalty at least),
+   which says nothing about which action is right; the invalid-action habit is the ``mistake`` level's
+   lesson.
+
+Each lesson quotes one state, the anchor observation of the group's first step (in batch order) that took the
+best action; with exact clusters every step of the group has it. Its key is that observation, it is linked to
+the group's cluster, and it carries :class:`Advice` (do: the best action; avoid: the worse one, for warnings;
+expert: that step's ``expert_action``).
+
+The other levels (principle, method, mistake) still come from the ``base`` extractor's outcome-based
+extraction of the selected successes and failures; its own example, pattern and diagnostic are dropped. The
+golden wording is the rule extractor's own example (:meth:`RuleExtractor.golden` on the best step), the warning
+follows its diagnostic in ``lesson_style``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import numpy as np
+
+from agent_system.config_checks import check_range
+from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
+from recipe.forge.experience.evolution import Extractor
+from recipe.forge.experience.extract_rule import RuleExtractor, answer_form, one_line, shorten
+from recipe.forge.experience.library import GOLDEN, WARNING, Advice, Candidate
+from recipe.forge.step_samples import StepSamples, step_returns
+
+STATE_LEVELS = ("example", "pattern", "diagnostic")  # the levels that say what to do at one state
+TIE_TOLERANCE = 1e-9  # mean returns closer than this are equal (float rounding)
+
+
+@dataclass
+class ActionCredit:
+    """The valid steps of one group that took one action, and their mean discounted step return."""
+
+    action: str
+    steps: list[StepRecord]
+    mean_return: float
+
+
+class CreditExtractor:
+    """``extract(successes, failures, threshold, batch) -> list[Candidate]``: the ``base`` extractor's
+    principle, method and mistake lessons, and state lessons credited by step return over ``batch`` (see the
+    module docstring). Counts into ``base``'s stats: ``credit_states`` (groups where actions were compared) and
+    ``credit_lessons`` (state lessons made)."""
+
+    def __init__(self, base: Extractor, lesson_style: str, gamma: float, invalid_action_penalty_coef: float):
+        check_range("algorithm.gamma", gamma, 0.0, 1.0)
+        check_range("algorithm.invalid_action_penalty_coef", invalid_action_penalty_coef, 0.0)
+        self.base = base
+        self.wording = RuleExtractor(lesson_style)
+        self.gamma = float(gamma)
+        self.penalty_coef = float(invalid_action_penalty_coef)
+        self.stats = base.stats
+        self.stats.setdefault("credit_states", 0)
+        self.stats.setdefault("credit_lessons", 0)
+
+    def extract(
+        self, successes: Sequence[TrajectoryRecord], failures: Sequence[TrajectoryRecord], threshold: float,
+        batch: Sequence[TrajectoryRecord] = (),
+    ) -> list[Candidate]:
+        outcome = self.base.extract(successes, failures, threshold, batch=batch)
+        return [c for c in outcome if c.level not in STATE_LEVELS] + self.state_lessons(batch)
+
+    def state_lessons(self, batch: Sequence[TrajectoryRecord]) -> list[Candidate]:
+        """The credit-assigned example and diagnostic candidates of every step group of ``batch``."""
+        episodes: dict[str, TrajectoryRecord] = {}
+        for traj in batch:
+            if traj.traj_uid in episodes:
+                raise ValueError(f"two trajectories of the batch share traj_uid={traj.traj_uid!r}: their step "
+                                 "returns would be summed as one episode's")
+            episodes[traj.traj_uid] = traj
+        steps = [s for t in batch for s in t.steps]
+        if not steps:
+            return []
+        samples = StepSamples.from_records(steps, {u: t.episode_reward for u, t in episodes.items()},
+                                           {u: t.success for u, t in episodes.items()})
+        returns = step_returns(samples, self.gamma, self.penalty_coef)
+        groups: dict[tuple, list[int]] = {}
+        for i, step in enumerate(steps):
+            state = ("cluster", step.cluster_id) if step.cluster_id is not None else ("anchor", step.anchor_obs)
+            groups.setdefault((step.uid, state), []).append(i)
+        out: list[Candidate] = []
+        for rows in groups.values():
+            credits = action_credits([steps[i] for i in rows], returns[rows])
+            if len(credits) < 2:
+                continue
+            self.stats["credit_states"] += 1
+            lessons = self._lessons(credits, episodes)
+            self.stats["credit_lessons"] += len(lessons)
+            out.extend(lessons)
+        return out
+
+    def _lessons(self, credits: list[ActionCredit], episodes: dict[str, TrajectoryRecord]) -> list[Candidate]:
+        """The example and diagnostics of one group's ranked ``credits`` (best first); none on a tie at the top.
+        ``episodes``: the batch's trajectories by traj_uid (the lessons' task is the source step's)."""
+        best, runner_up = credits[0], credits[1]
+        if best.mean_return - runner_up.mean_return <= TIE_TOLERANCE:
+            return []
+        source = best.steps[0]
+        traj = episodes[source.traj_uid]
+        clusters = [source.cluster_id] if source.cluster_id is not None else []
+        alone = TrajectoryRecord(uid=traj.uid, traj_uid=traj.traj_uid, task=traj.task, task_type=traj.task_type,
+                                 steps=[source], episode_reward=traj.episode_reward, success=traj.success, length=1)
+        example = next(c for c in self.wording.golden(alone) if c.level == "example")
+        out = [replace(example, score=best.mean_return - runner_up.mean_return, cluster_ids=list(clusters),
+                       support=sum(len(c.steps) for c in credits),
+                       advice=Advice(source.anchor_obs, (best.action,), (), source.expert_action))]
+        for worse in credits[1:]:
+            out.append(Candidate(
+                text=self._warning(source, worse.action), zone=WARNING, level="diagnostic",
+                score=best.mean_return - worse.mean_return, task=traj.task, task_type=traj.task_type,
+                key=source.anchor_obs, cluster_ids=list(clusters), support=len(best.steps) + len(worse.steps),
+                advice=Advice(source.anchor_obs, (best.action,), (worse.action,), source.expert_action)))
+        return out
+
+    def _warning(self, source: StepRecord, worse: str) -> str:
+        """At the state of ``source`` (which took the best action), take it instead of ``worse``: the rule
+        extractor's diagnostic wording in its lesson style, with the step comparison as the reason."""
+        state, quoted = shorten(source.anchor_obs), shorten(worse, 80)
+        if self.wording.imperative:
+            return (f"At \"{state}\", answer with {answer_form(source)} instead of \"{quoted}\", which led to a "
+                    "lower return from this state in the same task.")
+        return (f"At \"{state}\", the action \"{quoted}\" led to a lower return than \"{shorten(source.action, 80)}\" "
+                "from this state in the same task.")
+
+
+def action_credits(steps: Sequence[StepRecord], returns: np.ndarray) -> list[ActionCredit]:
+    """The valid ``steps`` of one group split by action (whitespace-normalised, first-seen spelling), each with
+    the mean of their ``returns`` ((len(steps),) discounted step returns), best first (ties: first seen)."""
+    by_action: dict[str, list[int]] = {}
+    for i, step in enumerate(steps):
+        if step.is_action_valid and step.action.strip():
+            by_action.setdefault(one_line(step.action), []).append(i)
+    credits = [ActionCredit(action, [steps[i] for i in rows], float(np.mean(returns[rows])))
+               for action, rows in by_action.items()]
+    return sorted(credits, key=lambda c: -c.mean_return)
+
+
+def step_credit(base: Extractor, lesson_style: str, gamma: float | None,
+                invalid_action_penalty_coef: float | None) -> CreditExtractor:
+    """The extractor of ``lesson_credit: step``: ``base`` (rule or LLM) with credit-assigned state lessons. The
+    returns need the run's ``algorithm.gamma`` and ``algorithm.invalid_action_penalty_coef``; without them a
+    ValueError says how to pass them (a silent default would rank actions by another discount than training)."""
+    if gamma is None or invalid_action_penalty_coef is None:
+        raise ValueError(
+            "algorithm.forge.lesson_credit='step' compares actions by their discounted step returns, which need "
+            "the algorithm section's gamma and invalid_action_penalty_coef: build the system with "
+            "ExperienceSystem.from_config(algorithm.forge, gamma=algorithm.gamma, "
+            "invalid_action_penalty_coef=algorithm.invalid_action_penalty_coef)")
+    return CreditExtractor(base, lesson_style, gamma, invalid_action_penalty_coef)
