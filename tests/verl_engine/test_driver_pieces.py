@@ -126,3 +126,18 @@ def test_agent_loop_rows_carry_the_final_task_score_where_the_env_has_one(task_s
     else:
         assert [info["task_score"] for info in infos] == [0.8, 0.8]  # the episode's final score on every row
     assert infos[0]["episode_length"] == 2.0
+
+
+def test_library_driver_credits_lessons_by_step_returns_with_the_algorithms_gamma(run_config_factory, tmp_path):
+    """lesson_credit=step on the verl driver: the system is built from the algorithm section (gamma, penalty),
+    and two copies of one task that took different actions at "room A" give a golden and a warning lesson."""
+    cfg = run_config_factory(["trainer.engine=verl", "algorithm.adv_estimator=forge", "algorithm.forge.extractor=rule",
+                              "algorithm.forge.lesson_credit=step", f"algorithm.forge.checkpoint_dir={tmp_path}"])
+    driver = LibraryDriver.from_trainer_config(cfg)
+    rows = make_rows()
+    rows[2] = dict(rows[2], is_action_valid=True, action="wait0", response_text="<action>wait0</action>")
+    clusters = driver.absorb(rows)
+    driver.end_iteration([dict(r, cluster_id=c) for r, c in zip(rows, clusters)], iteration=0)
+    texts = {e.level: e.text for e in driver.system.library.all_entries()}
+    assert texts["example"] == 'At "room A", the action "a0" moved the task forward.'  # the descriptive default
+    assert texts["diagnostic"].startswith('At "room A", the action "wait0" led to a lower return than "a0"')

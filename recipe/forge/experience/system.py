@@ -134,6 +134,15 @@ class ExperienceSystem:
         mapping of its keys (:func:`forge_values`)."""
         return cls(forge_cfg, tokenizer=tokenizer, llm=llm, **kwargs)
 
+    @classmethod
+    def from_algorithm(cls, algorithm: Any, tokenizer: Any | None = None, llm: Callable[[str], str] | None = None,
+                       **kwargs) -> "ExperienceSystem":
+        """The system of a training run, from the typed ``algorithm`` section (ForgeAlgoConfig): its ``forge``
+        part, and its ``gamma`` and ``invalid_action_penalty_coef``, which step-credit lessons read so that they
+        rank actions by the same step returns as the advantage. Every engine builds its system here."""
+        return cls(algorithm.forge, tokenizer=tokenizer, llm=llm, gamma=algorithm.gamma,
+                   invalid_action_penalty_coef=algorithm.invalid_action_penalty_coef, **kwargs)
+
     # per step ------------------------------------------------------------------------------------------------
 
     @property

@@ -125,7 +125,7 @@ class PromptOnlyRunner:
         self.train_envs, self.val_envs = make_envs(cfg)
         self.collector = TrajectoryCollector(progress=self.settings.local.progress)
         llm = self.generator.as_llm() if self.algorithm.forge.extractor == "llm" else None
-        self.experience = ExperienceSystem.from_config(self.algorithm.forge, llm=llm)
+        self.experience = ExperienceSystem.from_algorithm(self.algorithm, llm=llm)
         self.output_dir = Path(self.settings.output_dir)
 
     def sampling(self, validation: bool = False) -> SamplingParams:

@@ -154,7 +154,7 @@ class LocalTrainer:
             from recipe.forge.experience import ExperienceSystem
 
             llm = self._policy_llm if self.algorithm.forge.extractor == "llm" else None
-            self.experience = ExperienceSystem.from_config(self.algorithm.forge, tokenizer=self.tokenizer, llm=llm)
+            self.experience = ExperienceSystem.from_algorithm(self.algorithm, tokenizer=self.tokenizer, llm=llm)
 
         self.optimizer = adamw(self.policy.trainable_parameters(), s.actor.optim)
         self.critic, self.critic_optimizer = None, None

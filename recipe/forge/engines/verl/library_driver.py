@@ -117,13 +117,13 @@ class LibraryDriver:
         """``llm`` (prompt -> text) serves ``algorithm.forge.extractor=llm``."""
         from recipe.forge.config_schema import instantiate_algorithm
 
-        forge = instantiate_algorithm(config.algorithm).forge  # the typed ForgeConfig, handed as it is
+        algorithm = instantiate_algorithm(config.algorithm)  # the typed sections, handed as they are
         system = None
         if str(config.algorithm.adv_estimator) == "forge":
             from recipe.forge.experience import ExperienceSystem
 
-            system = ExperienceSystem.from_config(forge, llm=llm)
-        return cls(system, forge)
+            system = ExperienceSystem.from_algorithm(algorithm, llm=llm)
+        return cls(system, algorithm.forge)
 
     @property
     def enabled(self) -> bool:

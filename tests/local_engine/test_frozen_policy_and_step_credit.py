@@ -1,4 +1,5 @@
-"""``trainer.local.freeze_policy``: the library alone on a frozen policy (rollouts and evolution, no update)."""
+"""``trainer.local.freeze_policy``: the library alone on a frozen policy (rollouts and evolution, no update); and
+step-credit lessons on the embedded engine."""
 
 import pytest
 import torch
@@ -31,3 +32,12 @@ def test_the_same_run_unfrozen_changes_the_weights(compose_cfg, run_overrides, t
     LocalTrainer(cfg, validate(cfg), Components(policy=taught_policy)).fit()
     after = dict(taught_policy.model.named_parameters())
     assert any(not torch.equal(before[name], after[name]) for name in before)
+
+
+def test_step_credit_lessons_run_on_the_embedded_engine(compose_cfg, run_overrides, tmp_path, taught_policy):
+    """lesson_credit=step needs the algorithm's gamma and penalty: the embedded trainer builds its system from
+    the algorithm section, so the run trains and evolves (before, it stopped at start-up)."""
+    cfg = compose_cfg(run_overrides(tmp_path, iterations=2) + ["algorithm.forge.lesson_credit=step"])
+    history = LocalTrainer(cfg, validate(cfg), Components(policy=taught_policy)).fit()
+    assert [row["iteration"] for row in history] == [1, 2]
+    assert "forge/extractor_credit_states" in history[-1]
