@@ -23,7 +23,7 @@ ADVANTAGE_MODES = ("mean_norm", "mean_std_norm")
 EPISODE_NORM_OVER = ("steps", "trajectories")
 RETRIEVAL_MODES = ("observation", "task", "hybrid", "clustered")
 DIVERGENCES = ("kl", "reverse_kl", "jsd")
-EXTRACTORS = ("rule", "llm")
+EXTRACTORS = ("rule", "llm", "oracle")  # oracle: expert-action lessons, the ceiling (measurement only)
 RESUME_MODES = ("disable", "auto", "resume_path")
 
 
