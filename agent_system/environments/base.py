@@ -10,7 +10,8 @@ How to add an environment (e.g. ``env_package/myenv/``)
    (HxWx3 uint8 numpy array) in image mode. The same seed must give the same episode: the G copies of a
    task share one seed, and that is what makes them a group. Optionally implement ``expert_action()``
    (the action a scripted expert would take now, in the environment's own action language) so that
-   ``scripts/bench_envs.py --policy expert`` and the tests can drive it.
+   ``scripts/bench_envs.py --policy expert`` and the tests can drive it, and so that every step record carries
+   it (``StepRecord.expert_action``, which measures the library's lessons).
    The constructor takes keyword arguments only, all picklable: environments may be built inside worker
    processes from an :class:`EnvSpec`.
 2. ``prompts/myenv.py``: ``build_prompt(ctx: PromptContext) -> str`` (see prompts/common.py), rendering
@@ -224,6 +225,7 @@ class EnvironmentManagerBase:
         self.task_seeds = np.zeros(self.num_tasks, dtype=np.int64)
         self.uids: list[str] = [""] * n
         self.traj_uids: list[str] = [""] * n
+        self._experts: dict[int, str | None] = {}  # environment -> its expert's action at its current state
 
     def reset(self, seeds: Sequence[int] | None = None) -> tuple[Observations, list[dict[str, Any]]]:
         """Start B new tasks (``seeds`` of length B, default ``next_task_seeds()``), G copies each."""
@@ -275,6 +277,7 @@ class EnvironmentManagerBase:
         )
         for j, i in enumerate(idx):
             res = results[j]
+            self._experts.pop(i, None)
             self.step_count[i] += 1
             rewards[i] = res.reward
             self.episode_reward[i] += res.reward
@@ -374,8 +377,18 @@ class EnvironmentManagerBase:
         return out
 
     def expert_actions(self, indices: Sequence[int]) -> list[str | None]:
-        """The environments' own expert actions (see AgentEnv.expert_action)."""
-        return self.pool.call("expert_action", list(indices))
+        """The expert action (AgentEnv.expert_action) at the current state of each of ``indices``; None for an
+        environment that is no longer active or has no expert there.
+
+        Each environment is asked at most once per state (one pool call for all that were not asked yet), so
+        every caller at one state gets the same answer (the rollout recording it on the step, a scripted expert
+        policy acting on it), and a stateful expert (a plan it advances, a solution it offers once) is consulted
+        once per step, as it would be by an expert playing alone."""
+        indices = [int(i) for i in indices]
+        new = [i for i in dict.fromkeys(indices) if self.active[i] and i not in self._experts]
+        if new:
+            self._experts.update(zip(new, self.pool.call("expert_action", new)))
+        return [self._experts[i] if self.active[i] else None for i in indices]
 
     def close(self) -> None:
         self.pool.close()

@@ -3,8 +3,8 @@
 Per step, for the environments still active only: the shared step path (``step.prepare_steps``) retrieves the
 experiences for the raw (anchor) observations and builds the messages (by default [system: experience text (when
 non-empty), user: prompt]), the generator answers all of them in one call, the manager projects and applies the
-answers, ``step.finish_step`` makes the StepRecords and the optional step observer sees them. Finished
-environments cost no generation.
+answers, ``step.finish_step`` makes the StepRecords (with each environment's expert action at the state it acted
+on, where it has one) and the optional step observer sees them. Finished environments cost no generation.
 """
 
 from __future__ import annotations
@@ -196,6 +196,7 @@ class TrajectoryCollector:
             for i in idx
         ]
         prepared = prepare_steps(queries, [obs.text[i] for i in idx], [obs.image[i] for i in idx], provider)
+        experts = envs.expert_actions(idx)  # at the state the policy acts on, before the environment steps
         outputs = generator.generate([p.messages for p in prepared], sampling)
         self.generation_calls += 1
         if len(outputs) != len(idx):
@@ -204,7 +205,8 @@ class TrajectoryCollector:
         for i, out in zip(idx, outputs):
             actions[i] = response_text(out)
         next_obs, rewards, dones, infos = envs.step(actions)
-        records = [finish_step(p, out, rewards[i], dones[i], infos[i]) for i, p, out in zip(idx, prepared, outputs)]
+        records = [finish_step(p, out, rewards[i], dones[i], infos[i], expert)
+                   for i, p, out, expert in zip(idx, prepared, outputs, experts)]
         return records, next_obs
 
 

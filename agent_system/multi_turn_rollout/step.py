@@ -5,7 +5,8 @@
 * the engine generates: the embedded engine for a batch of environments in one call (HFGenerator), the verl
   engine for one episode per coroutine (verl's server manager); either way one GenerationOutput per step;
 * the engine applies :func:`response_text` to the environment; :func:`finish_step` turns the prepared step, its
-  generation and the environment's answer into the step's :class:`StepRecord`.
+  generation, the environment's answer and the environment's expert action at the state the step acted on (the
+  manager's ``expert_actions``, read before the environment steps) into the step's :class:`StepRecord`.
 
 The environment step sits between generation and ``finish_step`` in both engines (a batched manager call on the
 embedded engine, a thread-pool call per episode on verl's), so it is an argument here, not a call.
@@ -75,10 +76,12 @@ def response_text(output: GenerationOutput) -> str:
 
 
 def finish_step(prepared: PreparedStep, output: GenerationOutput, reward: float, done: bool,
-                info: dict[str, Any]) -> StepRecord:
+                info: dict[str, Any], expert_action: str | None = None) -> StepRecord:
     """The StepRecord of a generated and applied step; ``reward``, ``done`` and ``info`` are the environment's
     answer to :func:`response_text` of ``output`` (``info`` gives the projected ``action`` and
-    ``is_action_valid``; its ``image`` is not kept)."""
+    ``is_action_valid``; its ``image`` is not kept); ``expert_action`` is the environment's expert action at the
+    state the step acted on (None: it has none). The expert never reaches the step's query: retrieval and the
+    policy do not see it, only the record does (lesson quality, the oracle extractor)."""
     query, experience = prepared.query, prepared.experience
     kept = {k: v for k, v in info.items() if k not in INFO_DROP}
     return StepRecord(
@@ -100,4 +103,5 @@ def finish_step(prepared: PreparedStep, output: GenerationOutput, reward: float,
         experience_ids=tuple(experience.entry_ids),
         info=kept,
         admissible_actions=tuple(query.admissible_actions),
+        expert_action=expert_action,
     )

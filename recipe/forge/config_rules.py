@@ -23,7 +23,7 @@ ADVANTAGE_MODES = ("mean_norm", "mean_std_norm")
 EPISODE_NORM_OVER = ("steps", "trajectories")
 RETRIEVAL_MODES = ("observation", "task", "hybrid", "clustered")
 DIVERGENCES = ("kl", "reverse_kl", "jsd")
-EXTRACTORS = ("rule", "llm")
+EXTRACTORS = ("rule", "llm", "oracle")  # oracle: expert-action lessons, the ceiling (measurement only)
 LESSON_CREDITS = ("outcome", "step")  # state lessons credited by episode outcome (the paper) or by step return
 RESUME_MODES = ("disable", "auto", "resume_path")
 
@@ -130,7 +130,10 @@ class ForgeValues:
         check_range(f"{p}.novelty_threshold", self.novelty_threshold, 0.0, 1.0)
         check_choice(f"{p}.extractor", self.extractor, EXTRACTORS)
         check_choice(f"{p}.lesson_credit", self.lesson_credit, LESSON_CREDITS)
-
+        if self.extractor == "oracle" and self.lesson_credit != "outcome":
+            raise ConfigError(f"{p}.extractor=oracle gives every state the expert's lesson (the ceiling); "
+                              f"{p}.lesson_credit={self.lesson_credit} would mix credited lessons into it: "
+                              "use lesson_credit=outcome with the oracle")
 
 
 def reject_unknown(section: Any, cls: type, prefix: str) -> None:

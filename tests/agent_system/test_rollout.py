@@ -214,3 +214,46 @@ def test_task_score_metric_is_the_final_steps_score():
     assert metrics["task_score/mean"] == pytest.approx((0.8 + 0.5 + 0.0) / 3)
     no_scores = [_trajectory("d", [{"won": False}])]
     assert "task_score/mean" not in rollout_metrics(RolloutBatch(steps=no_scores[0].steps, trajectories=no_scores))
+
+
+def numberline_expert(anchor: str) -> str:
+    """NumberLine's expert worked out from the observation: "+" below the target, "-" above it."""
+    target, current = (int(line.split(":")[1]) for line in anchor.splitlines())
+    return "+" if current < target else "-"
+
+
+class CountingCalls:
+    """Wraps a pool's ``call``: records the environments each call asked."""
+
+    def __init__(self, pool):
+        self.pool, self.asked = pool, []
+
+    def __getattr__(self, name):
+        return getattr(self.pool, name)
+
+    def call(self, method, indices):
+        self.asked.append((method, list(indices)))
+        return self.pool.call(method, indices)
+
+
+@pytest.mark.parametrize("policy", ["random", "expert"])
+def test_every_step_records_the_expert_action_of_the_state_it_acted_on(policy):
+    envs = make_envs(run_config("gym_cards/NumberLine-v0", n=2, train_b=3, gym_cards={"target_max": 4}))[0]
+    envs.pool = counting = CountingCalls(envs.pool)
+    generator = RandomGenerator(envs, seed=2) if policy == "random" else ExpertGenerator(envs)
+    batch = TrajectoryCollector().collect(envs, generator, SamplingParams(), seeds=[1, 2, 3])
+    assert batch.steps and all(s.expert_action == numberline_expert(s.anchor_obs) for s in batch.steps)
+    # one question per active environment and state, also when the expert policy asks for the same state again
+    asked = [i for method, indices in counting.asked if method == "expert_action" for i in indices]
+    assert len(asked) == len(batch.steps)
+    if policy == "expert":
+        assert all(s.action == s.expert_action for s in batch.steps) and batch.metrics["success_rate"] == 1.0
+
+
+def test_a_finished_environment_has_no_expert_action():
+    envs = make_envs(run_config("gym_cards/NumberLine-v0", n=1, train_b=2, gym_cards={"target_max": 4}))[0]
+    obs, _ = envs.reset([1, 2])
+    assert envs.expert_actions([0, 1]) == [numberline_expert(a) for a in obs.anchor]
+    while envs.active.any():
+        envs.step([None if a is None else tagged(a) for a in envs.expert_actions([0, 1])])
+    assert envs.expert_actions([0, 1]) == [None, None]  # the environments would still answer, but are done

@@ -9,9 +9,9 @@ from recipe.forge.config_schema import ForgeConfig
 
 
 def make_traj(uid, traj_uid, task, steps, reward, task_type="pick_and_place", clusters=None, valid=None,
-              failure_reason=None, admissible=()):
+              failure_reason=None, admissible=(), experts=None):
     """steps: list of (anchor_obs, action); the last step gets the whole reward; ``admissible``: the actions
-    every state lists."""
+    every state lists; ``experts``: the expert action of every step (default: none)."""
     records = []
     for i, (obs, action) in enumerate(steps):
         records.append(StepRecord(
@@ -19,7 +19,8 @@ def make_traj(uid, traj_uid, task, steps, reward, task_type="pick_and_place", cl
             response_text=f"<think>.</think><action>{action}</action>", action=action, prompt_ids=[],
             response_ids=[], logprobs=[], reward=reward if i == len(steps) - 1 else 0.0,
             is_action_valid=True if valid is None else valid[i], done=i == len(steps) - 1,
-            cluster_id=None if clusters is None else clusters[i], admissible_actions=tuple(admissible)))
+            cluster_id=None if clusters is None else clusters[i], admissible_actions=tuple(admissible),
+            expert_action=None if experts is None else experts[i]))
     return TrajectoryRecord(uid=uid, traj_uid=traj_uid, task=task, task_type=task_type, steps=records,
                             episode_reward=reward, success=reward > 0.5, length=len(records),
                             failure_reason=failure_reason)

@@ -216,6 +216,8 @@ def test_the_config_key_is_checked_at_start_up(cfg):
     assert validate_config(shipped).algorithm.forge.lesson_credit == "outcome"
     with pytest.raises(ConfigError, match="algorithm.forge.lesson_credit='steps'"):
         validate_config(bad)
+    with pytest.raises(ConfigError, match="extractor=oracle .* use lesson_credit=outcome with the oracle"):
+        cfg(extractor="oracle", lesson_credit="step")
 
 
 def test_the_system_evolves_credit_assigned_lessons(cfg):

@@ -158,6 +158,9 @@ def test_forge_agent_rows_reach_the_batch_and_the_trainer_step(verl_stack):
         assert text == row["response_text"] and text in DEFAULT_RESPONSES
         assert row["is_action_valid"] == ("<action>" in text)
         assert row["anchor_obs"] in tokenizer.decode(prompts[i], skip_special_tokens=True)
+        # the BFS expert's move at the state acted on (a start is always solvable; a push may end that)
+        assert row["expert_action"] in (("up", "down", "left", "right") if row["step_index"] == 0
+                                        else ("up", "down", "left", "right", None))
         n_tokens = int(data["response_mask"][i].sum())
         assert n_tokens == len(tokenizer.encode(text, add_special_tokens=False))
         assert logprobs[i, :n_tokens].eq(-0.25).all()
@@ -244,6 +247,8 @@ def test_trainer_iteration_hooks_evolve_publish_and_checkpoint_the_library(verl_
     assert evolved_from and all(r["cluster_id"] >= 0 for r in evolved_from)  # this step's rows, the driver's clusters
     logged = trainer._pending_sync_metrics
     assert logged["forge/library_version"] == 1.0 and "forge/reward_mean" in logged
+    quality = ("forge/lesson_precision", "forge/lessons_checkable", "forge/lesson_conflict", "forge/library_precision")
+    assert set(quality) <= set(logged) and all(0.0 <= logged[k] <= 1.0 for k in quality)
     assert "forge_library" in trainer.timing_raw
     assert (tmp_path / "global_step_1" / "forge_library").exists()
     trainer.library.begin_iteration(1)  # next iteration: a fresh driver resumes the saved library

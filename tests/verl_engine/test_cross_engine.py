@@ -5,7 +5,8 @@ the main job does), the same task seeds, the
 same tiny model and greedy decoding, from the same library version (evolved once beforehand, so that steps get
 experiences): the embedded engine's rollout (TrajectoryCollector + HFGenerator) and the distributed engine's
 (verl's AgentLoopManagerTQ running our ForgeAgentLoop, generating through the CPU backend's HF rollout server)
-must give the same prompt and response tokens per (task, step), the same observation clusters (equal ids for
+must give the same prompt and response tokens, admissible and expert actions per (task, step), the same
+observation clusters (equal ids for
 clusters the library knew, the same partition for new ones), and the same advantages (the local engine's
 ``compute_advantages`` against the verl trainer's ``compute_batch_advantages``).
 """
@@ -99,6 +100,7 @@ def local_first_iteration(state, snapshot):
         "response_ids": [list(r.response_ids) for r in batch.records],
         "cluster_id": [r.cluster_id for r in batch.records],
         "admissible": [tuple(r.admissible_actions) for r in batch.records],
+        "expert": [r.expert_action for r in batch.records],
         "advantage": advantages[:, 0].tolist(),
         "experiences": sum(bool(r.experience_ids) for r in batch.records),
     }
@@ -143,6 +145,7 @@ def verl_first_iteration(state, snapshot, verl_rollout):
         "response_ids": [responses[i][: int(mask[i].sum())] for i in keep],
         "cluster_id": [extra[i]["cluster_id"] for i in keep],
         "admissible": [tuple(extra[i]["admissible_actions"]) for i in keep],
+        "expert": [extra[i]["expert_action"] for i in keep],
         "advantage": [float(computed["advantages"][i, 0]) for i in keep],
     }
 
@@ -165,6 +168,9 @@ def test_both_engines_give_the_same_first_iteration(library_v1, verl_rollout):
             )
     a, b = by_task_step(local["keys"], local["admissible"]), by_task_step(verl["keys"], verl["admissible"])
     assert {k: sorted(v) for k, v in a.items()} == {k: sorted(v) for k, v in b.items()}
+    a, b = by_task_step(local["keys"], local["expert"]), by_task_step(verl["keys"], verl["expert"])
+    assert {k: sorted(v) for k, v in a.items()} == {k: sorted(v) for k, v in b.items()}
+    assert all(e in ("+", "-") for e in local["expert"])  # NumberLine's expert at every state acted on
     a, b = by_task_step(local["keys"], local["advantage"]), by_task_step(verl["keys"], verl["advantage"])
     for key in a:
         np.testing.assert_allclose(sorted(a[key]), sorted(b[key]), rtol=1e-5, atol=1e-5, err_msg=str(key))

@@ -22,6 +22,7 @@ def make_rows():
             "response_text": f"<action>a{step}</action>", "prompt_text": f"prompt {obs}", "experience_text": "",
             "task": "push the box", "task_type": None, "experience_ids": [], "library_version": 0,
             "failure_reason": None, "admissible_actions": ["push", f"wait{step}"],
+            "expert_action": "push" if step == 0 else None,
         }
 
     return [
@@ -39,6 +40,7 @@ def test_rows_regroup_into_ordered_trajectories():
     assert [s.done for s in won.steps] == [False, True]
     assert trajs["u-2"].steps[0].is_action_valid is False
     assert [s.admissible_actions for s in won.steps] == [("push", "wait0"), ("push", "wait1")]
+    assert [s.expert_action for s in won.steps] == ["push", None]
     assert won.steps[0].messages == [{"role": "user", "content": "prompt room A"}]
     m = reward_metrics(list(trajs.values()), 0.5)
     assert m["forge/reward_mean"] == pytest.approx((9.9 - 0.2) / 2) and m["forge/positive_ratio"] == 0.5
@@ -141,3 +143,48 @@ def test_library_driver_credits_lessons_by_step_returns_with_the_algorithms_gamm
     texts = {e.level: e.text for e in driver.system.library.all_entries()}
     assert texts["example"] == 'At "room A", the action "a0" moved the task forward.'  # the descriptive default
     assert texts["diagnostic"].startswith('At "room A", the action "wait0" led to a lower return than "a0"')
+
+
+def test_agent_loop_rows_carry_the_expert_action_and_the_driver_reads_it_back():
+    from types import SimpleNamespace
+
+    from agent_system.multi_turn_rollout.protocols import GenerationOutput, StepQuery
+    from agent_system.multi_turn_rollout.step import finish_step, prepare_steps
+    from recipe.forge.engines.verl.agent_loop import EpisodeStep, ForgeAgentLoop, ServerGeneration
+    from recipe.forge.engines.verl.episode import StepOutcome
+
+    def step(index, expert):
+        view = EpisodeView(prompt="p", anchor_obs=f"Target: 2\nCurrent: {index}", image=None, task="t", task_type=None,
+                           admissible_actions=("+", "-"), expert_action=expert)
+        outcome = StepOutcome(reward=0.0, done=False, is_action_valid=True, action="+", won=False,
+                              failure_reason=None, info={"action": "+", "is_action_valid": True})
+        output = GenerationOutput("<action>+</action>", [1, 2], [3], [0.0])
+        query = StepQuery(anchor_obs=view.anchor_obs, task="t", task_type=None, uid="u", traj_uid="u-0", step=index)
+        [prepared] = prepare_steps([query], [view.prompt], [None], None)
+        record = finish_step(prepared, output, outcome.reward, outcome.done, outcome.info, view.expert_action)
+        generation = ServerGeneration(output, has_logprobs=True, multi_modal_data=None, server_fields={})
+        return EpisodeStep(record, prepared.experience, view, outcome, generation, 0.1, None)
+
+    fake_loop = SimpleNamespace(tokenizer=SimpleNamespace(eos_token_id=0))
+    rows = ForgeAgentLoop._outputs(fake_loop, [step(0, "+"), step(1, None)], 2, 0.5)
+    assert [row.extra_fields["expert_action"] for row in rows] == ["+", None]
+    [trajectory] = rows_to_trajectories([row.extra_fields for row in rows])
+    assert [s.expert_action for s in trajectory.steps] == ["+", None]
+
+
+def test_the_lesson_quality_of_an_iteration_reaches_the_driver_metrics(run_config_factory, tmp_path):
+    """make_rows' expert agrees with every action taken: the golden example (do a1 at room B) is right, the dead
+    end (avoid a1 at room C, where the expert answers a1) is wrong; the other lessons name no action."""
+    cfg = run_config_factory(["trainer.engine=verl", "algorithm.adv_estimator=forge", "algorithm.forge.extractor=rule",
+                              "algorithm.forge.lesson_style=descriptive", f"algorithm.forge.checkpoint_dir={tmp_path}"])
+    driver = LibraryDriver.from_trainer_config(cfg)
+    rows = [dict(r, expert_action=r["action"]) for r in make_rows()]
+    first = driver.end_iteration([dict(r, cluster_id=c) for r, c in zip(rows, driver.absorb(rows))], iteration=0)
+    assert first["forge/library_precision"] == 0.5 and first["forge/lessons_checkable"] == 0.0
+    entries = {e.level: e.entry_id for e in driver.system.library.all_entries()}
+    shown = [dict(r, experience_ids=[str(entries["example"]), str(entries["diagnostic"])] if i == 1 else [])
+             for i, r in enumerate(rows)]  # row 1 is u-1's first step
+    second = driver.end_iteration([dict(r, cluster_id=c) for r, c in zip(shown, driver.absorb(shown))], iteration=1)
+    assert second["forge/lesson_precision"] == 0.5 and second["forge/lessons_checkable"] == 1.0
+    assert second["forge/lesson_precision/example"] == 1.0 and second["forge/lesson_precision/diagnostic"] == 0.0
+    assert second["forge/lesson_conflict"] == 0.0  # the two lessons are about different states

@@ -251,3 +251,25 @@ def test_sessions_without_a_pool_share_the_process_pool():
     reused = shared.reused
     first, second = run_sequential(sokoban_cfg(), [4, 4], pool=None)
     assert first == second and shared.reused == reused + 1
+
+
+def test_the_episode_view_carries_the_expert_action_of_its_state_until_the_episode_ends():
+    cfg = env_config("gym_cards/NumberLine-v0", n=8, max_steps=6, gym_cards={"target_max": 4})
+
+    async def episode(seed):
+        session = EpisodeSession(cfg, "train", seed, pool=ManagerPool(max_idle=0))
+        views = [await session.reset()]
+        try:
+            while not session.done:
+                _, view = await session.step(answer(views[-1].expert_action))
+                views.append(view)
+        finally:
+            await session.close()
+        return views
+
+    for seed in (1, 2, 3):
+        views = asyncio.run(episode(seed))
+        for view in views[:-1]:
+            target, current = (int(line.split(":")[1]) for line in view.anchor_obs.splitlines())
+            assert view.expert_action == ("+" if current < target else "-")
+        assert views[-1].expert_action is None  # the episode is over: no state to act on

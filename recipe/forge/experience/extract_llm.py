@@ -5,7 +5,8 @@ The model is any callable ``llm(prompt: str) -> str``: the policy model served b
 The reply should be a JSON list of ``{"level": ..., "text": ...}``; the parser also accepts the list inside a
 code fence or surrounded by prose, and ``level: text`` lines. Items with an unknown level, empty or overlong
 text, and replies with nothing usable are dropped and counted in ``stats["malformed"]``; a failing call is
-counted in ``stats["llm_errors"]``. Neither ever raises.
+counted in ``stats["llm_errors"]``. Neither ever raises. The candidates carry no advice (``Candidate.advice`` is
+None): free text names no checkable action, so lesson_quality.py counts them as not checkable.
 """
 
 from __future__ import annotations

@@ -27,6 +27,22 @@ the answer format the policy used (``At "<obs>", answer with <action><a></action
 do, and what to try instead where the state lists few actions). The facts are the same.
 
 Each candidate carries the task, task type, source observation and observation clusters it came from.
+
+Advice (``Candidate.advice``, kept beside the text, never rendered: what lesson_quality.py checks against the
+environment's expert). A lesson that names an action for its state carries the state (the source step's anchor
+observation), the actions it says to take (``do``) and not to take (``avoid``), and the expert action at the
+source step (``StepRecord.expert_action``, None where the environment has none):
+
+* golden example (both wordings): do = (the decisive action,);
+* imperative loop and dead end naming untried actions: do = the untried actions, avoid = (the repeated or
+  failed action,) when that action was valid (an invalid answer is not named, and never is the expert's);
+* dead end otherwise (imperative prohibition, descriptive "led nowhere"): avoid = (the failed action,) when it
+  was valid, else no advice (nothing to check).
+
+Lessons about no one state's action (principle, method, the invalid-answer habit, the failed plan shape,
+"after one try, choose a different action", which is also every descriptive loop) carry none. A descriptive
+lesson's advice is what its words say about the same facts: its dead end names the failed action, not the
+untried ones.
 """
 
 from __future__ import annotations
@@ -36,7 +52,7 @@ from collections import Counter
 from typing import Sequence
 
 from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
-from recipe.forge.experience.library import GOLDEN, WARNING, Candidate
+from recipe.forge.experience.library import GOLDEN, WARNING, Advice, Candidate
 from recipe.forge.experience.render import check_lesson_style
 
 MAX_PLAN_ACTIONS = 12
@@ -108,10 +124,31 @@ def _kind(traj: TrajectoryRecord) -> str:
     return f"{traj.task_type} tasks" if traj.task_type else "tasks like this"
 
 
-def _candidate(traj: TrajectoryRecord, zone: str, level: str, text: str, score: float, step: StepRecord) -> Candidate:
+def example_lesson(step: StepRecord, action: str, tag: str | None, imperative: bool) -> str:
+    """The golden example's wording: ``action`` taken at ``step``'s state (imperative: in the answer format of
+    ``tag``, default the tag of the step's own response; see :func:`answer_form`)."""
+    state = shorten(step.anchor_obs)
+    if imperative:
+        return f"At \"{state}\", answer with {answer_form(step, action, tag)}."
+    return f"At \"{state}\", the action \"{shorten(action, 80)}\" moved the task forward."
+
+
+def advice_at(step: StepRecord, do: Sequence[str] = (), avoid: Sequence[str] = ()) -> Advice:
+    """The advice of a lesson about ``step``'s state, with the expert's action there."""
+    return Advice(step.anchor_obs, tuple(one_line(a) for a in do), tuple(one_line(a) for a in avoid),
+                  step.expert_action)
+
+
+def _avoided(step: StepRecord) -> tuple[str, ...]:
+    """``(step's action,)`` when it was a valid action, else nothing (an invalid answer is never the expert's)."""
+    return (step.action,) if step.is_action_valid and step.action.strip() else ()
+
+
+def _candidate(traj: TrajectoryRecord, zone: str, level: str, text: str, score: float, step: StepRecord,
+               advice: Advice | None = None) -> Candidate:
     clusters = [step.cluster_id] if step.cluster_id is not None else []
     return Candidate(text=text, zone=zone, level=level, score=score, task=traj.task, task_type=traj.task_type,
-                     key=step.anchor_obs, cluster_ids=clusters)
+                     key=step.anchor_obs, cluster_ids=clusters, advice=advice)
 
 
 class RuleExtractor:
@@ -142,19 +179,18 @@ class RuleExtractor:
         rewards = [s.reward for s in traj.steps]
         best = max(range(len(rewards)), key=lambda i: (rewards[i], -i))
         decisive = traj.steps[best] if rewards[best] > min(rewards) else traj.steps[-1]
-        plan, state, action = " -> ".join(verbs), shorten(decisive.anchor_obs), shorten(decisive.action, 80)
+        plan = " -> ".join(verbs)
         if self.imperative:
             texts = (f"For {_kind(traj)}, follow a plan of this shape: {plan}.",
-                     f"To {shorten(traj.task, 120)}, act: {_plan(traj.steps)} (solved in {_steps(len(traj.steps))}).",
-                     f"At \"{state}\", answer with {answer_form(decisive)}.")
+                     f"To {shorten(traj.task, 120)}, act: {_plan(traj.steps)} (solved in {_steps(len(traj.steps))}).")
         else:
             texts = (f"For {_kind(traj)}, a plan of this shape succeeded: {plan}.",
-                     f"To {shorten(traj.task, 120)}: {_plan(traj.steps)} (solved in {_steps(len(traj.steps))}).",
-                     f"At \"{state}\", the action \"{action}\" moved the task forward.")
+                     f"To {shorten(traj.task, 120)}: {_plan(traj.steps)} (solved in {_steps(len(traj.steps))}).")
+        example = example_lesson(decisive, decisive.action, None, self.imperative)
         return [
             _candidate(traj, GOLDEN, "principle", texts[0], score, first),
             _candidate(traj, GOLDEN, "method", texts[1], score, first),
-            _candidate(traj, GOLDEN, "example", texts[2], score, decisive),
+            _candidate(traj, GOLDEN, "example", example, score, decisive, advice_at(decisive, do=(decisive.action,))),
         ]
 
     def warning(self, traj: TrajectoryRecord, threshold: float) -> list[Candidate]:
@@ -163,12 +199,12 @@ class RuleExtractor:
         score = float(threshold - traj.episode_reward)
         steps = traj.steps
         mistake, mistake_step = self._mistake(traj)
-        pattern, loop_step = self._pattern(steps)
-        last = steps[-1]
+        pattern, loop_step, pattern_advice = self._pattern(steps)
+        diagnostic, diagnostic_advice = self._diagnostic(traj)
         return [
             _candidate(traj, WARNING, "mistake", mistake, score, mistake_step),
-            *([_candidate(traj, WARNING, "pattern", pattern, score, loop_step)] if pattern else []),
-            _candidate(traj, WARNING, "diagnostic", self._diagnostic(traj), score, last),
+            *([_candidate(traj, WARNING, "pattern", pattern, score, loop_step, pattern_advice)] if pattern else []),
+            _candidate(traj, WARNING, "diagnostic", diagnostic, score, steps[-1], diagnostic_advice),
         ]
 
     def _mistake(self, traj: TrajectoryRecord) -> tuple[str, StepRecord]:
@@ -196,12 +232,12 @@ class RuleExtractor:
         return (f"{len(invalid)} of {len(steps)} actions were invalid (e.g. \"{sample}\"): answer with one "
                 "admissible action in the required format."), first
 
-    def _pattern(self, steps: Sequence[StepRecord]) -> tuple[str | None, StepRecord]:
+    def _pattern(self, steps: Sequence[StepRecord]) -> tuple[str | None, StepRecord, Advice | None]:
         """The loop (the most repeated action, keyed at its first step), else the action the episode spent most
-        on. The imperative wording reads the valid actions only (an invalid answer quoted next to the policy's
-        answer gets copied), names the actions not yet tried at the loop's state when there are few, carries no
-        counts (one entry per habit, whose support grows), and gives no pattern (None) when no action was valid:
-        the mistake is that habit already."""
+        on, with its advice. The imperative wording reads the valid actions only (an invalid answer quoted next to
+        the policy's answer gets copied), names the actions not yet tried at the loop's state when there are few,
+        carries no counts (one entry per habit, whose support grows), and gives no pattern (None) when no action
+        was valid: the mistake is that habit already."""
         counted = [s for s in steps if s.is_action_valid] if self.imperative else steps
         actions = [one_line(s.action) for s in counted if s.action.strip()]
         counts = Counter(actions)
@@ -211,34 +247,40 @@ class RuleExtractor:
             quoted = shorten(repeated, 80)
             if not self.imperative:
                 return (f"Repeating \"{quoted}\" ({times} times in {len(steps)} steps) made no progress: after one "
-                        "try, choose a different action."), loop_step
+                        "try, choose a different action."), loop_step, None
             untried = untried_actions(steps, loop_step)
-            advice = (f"at \"{shorten(loop_step.anchor_obs)}\", answer with {_one_of(steps, untried)} instead."
-                      if untried else "after one try, choose a different action.")
-            return f"Do not repeat \"{quoted}\": it made no progress; {advice}", loop_step
+            if not untried:
+                return (f"Do not repeat \"{quoted}\": it made no progress; after one try, choose a different action.",
+                        loop_step, None)
+            return (f"Do not repeat \"{quoted}\": it made no progress; at \"{shorten(loop_step.anchor_obs)}\", answer "
+                    f"with {_one_of(steps, untried)} instead."), loop_step, advice_at(loop_step, untried, (repeated,))
         if not actions:
-            return (None if self.imperative else f"None of {len(steps)} answers was an admissible action."), loop_step
+            return (None if self.imperative else f"None of {len(steps)} answers was an admissible action."), loop_step, None
         verb, n = Counter(a.split()[0].lower() for a in actions).most_common(1)[0]
         return (f"Do not spend most steps on \"{verb}\" actions: that did not reach the goal."
                 if self.imperative else
-                f"Spending {n} of {len(steps)} steps on \"{verb}\" actions did not reach the goal."), loop_step
+                f"Spending {n} of {len(steps)} steps on \"{verb}\" actions did not reach the goal."), loop_step, None
 
-    def _diagnostic(self, traj: TrajectoryRecord) -> str:
-        """The dead end: the last action and the state it was taken at. The imperative wording tells the agent
-        which actions it has not tried at that state (when there are few) instead of naming the failed one as a
-        prohibition: a prohibition puts the failed action next to the answer (the probe measures both)."""
+    def _diagnostic(self, traj: TrajectoryRecord) -> tuple[str, Advice | None]:
+        """The dead end: the last action and the state it was taken at, with its advice. The imperative wording
+        tells the agent which actions it has not tried at that state (when there are few) instead of naming the
+        failed one as a prohibition: a prohibition puts the failed action next to the answer (the probe measures
+        both)."""
         steps, last = traj.steps, traj.steps[-1]
         task, action, state = shorten(traj.task, 100), shorten(last.action, 80), shorten(last.anchor_obs)
+        failed = _avoided(last)
+        prohibition = advice_at(last, avoid=failed) if failed else None
         if not self.imperative:
             return (f"Failed \"{task}\" after {_steps(len(steps))} (return {traj.episode_reward:g}): the last action "
-                    f"\"{action}\" at \"{state}\" led nowhere.")
+                    f"\"{action}\" at \"{state}\" led nowhere."), prohibition
         untried = untried_actions(steps, last)
         if untried:
-            failed = f"\"{action}\"" if last.is_action_valid and action else "an invalid answer"
-            return (f"At \"{state}\", answer with {_one_of(steps, untried)} instead of {failed}, which ended a "
-                    f"failed attempt ({_steps(len(steps))}, return {traj.episode_reward:g}).")
+            named = f"\"{action}\"" if failed else "an invalid answer"
+            return (f"At \"{state}\", answer with {_one_of(steps, untried)} instead of {named}, which ended a "
+                    f"failed attempt ({_steps(len(steps))}, return {traj.episode_reward:g})."), \
+                advice_at(last, untried, failed)
         return (f"At \"{state}\", do not answer with the action \"{action}\": it ended a failed attempt at "
-                f"\"{task}\" ({_steps(len(steps))}, return {traj.episode_reward:g}).")
+                f"\"{task}\" ({_steps(len(steps))}, return {traj.episode_reward:g})."), prohibition
 
 
 def _one_of(steps: Sequence[StepRecord], actions: Sequence[str]) -> str:

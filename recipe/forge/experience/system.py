@@ -29,8 +29,10 @@ from agent_system.multi_turn_rollout.injection import check_injection
 from agent_system.multi_turn_rollout.protocols import StepExperience, StepQuery, StepRecord, TrajectoryRecord
 from recipe.forge.experience.evolution import evolve_library
 from recipe.forge.experience.extract_llm import LLMExtractor
+from recipe.forge.experience.extract_oracle import OracleExtractor
 from recipe.forge.experience.extract_rule import RuleExtractor
 from recipe.forge.experience.index import ObservationIndex
+from recipe.forge.experience.lesson_quality import injected_lesson_stats, lesson_quality_stats, library_precision
 from recipe.forge.experience.library import GOLDEN, WARNING, ExperienceLibrary
 from recipe.forge.experience.metrics import RetrievalStats, injected_level_stats, injection_stats, step_group_stats
 from recipe.forge.experience.render import ExperienceRenderer
@@ -114,6 +116,8 @@ class ExperienceSystem:
             if llm is None:
                 raise ValueError("algorithm.forge.extractor='llm' needs an llm callable (or OpenAICompatibleLLM)")
             self.extractor = LLMExtractor(llm)
+        elif c.extractor == "oracle":
+            self.extractor = OracleExtractor(c.lesson_style)
         else:
             self.extractor = RuleExtractor(c.lesson_style)
         if c.lesson_credit == "step" and not view:
@@ -184,6 +188,11 @@ class ExperienceSystem:
                     entry.retrieval_count += 1
                     self.library.link(entry.entry_id, cid)
 
+    def lesson_quality(self, steps: Sequence[StepRecord]) -> dict[str, float]:
+        """The lesson-quality metrics (lesson_quality.py) of ``steps`` shown lessons from this system's library,
+        e.g. a validation batch rolled out with the provider of a snapshot view of the training library."""
+        return lesson_quality_stats(steps, self.library.entries)
+
     # per iteration -------------------------------------------------------------------------------------------
 
     def evolve(self, trajectories: Sequence[TrajectoryRecord], iteration: int) -> dict[str, float]:
@@ -195,7 +204,8 @@ class ExperienceSystem:
         c = self.cfg
         steps = [s for t in trajectories for s in t.steps]
         self.absorb(steps)
-        shown = injected_level_stats(steps, self.library.entries)
+        shown = injected_level_stats(steps, self.library.entries)  # the library the steps were shown lessons from
+        shown.update(injected_lesson_stats(steps, self.library.entries))
         result = evolve_library(
             self.library, self.extractor, trajectories, iteration,
             success_threshold=c.success_threshold, top_k_trajectories=c.top_k_trajectories,
@@ -230,6 +240,7 @@ class ExperienceSystem:
             "forge/library_version": float(self.version),
             "forge/injecting": float(self.injecting),
         }
+        out.update(library_precision(self.library.entries))
         out.update(self.stats.as_metrics())
         for key, value in self.extractor.stats.items():
             out[f"forge/extractor_{key}"] = float(value)

@@ -5,7 +5,9 @@ and export it as JSON, Markdown or HTML.
     slea-rl-library ckpt --zone warning --top 5             # one zone, five entries per level
     slea-rl-library ckpt --export-json lib.json --export-md lib.md --export-html lib.html
 
-The checkpoint is validated first (a damaged file is reported with what is wrong; exit status 2).
+The checkpoint is validated first (a damaged file is reported with what is wrong; exit status 2). Every entry
+shows its verdict against the environment's expert (recipe/forge/experience/lesson_quality.py): ``right``,
+``wrong`` or ``not checkable`` (no advice, or no expert where it was drawn), and every level its counts.
 """
 
 from __future__ import annotations
@@ -20,21 +22,36 @@ from typing import Any
 
 import numpy as np
 
-from recipe.forge.experience.library import LEVELS
+from recipe.forge.experience.lesson_quality import RIGHT, WRONG, verdict
+from recipe.forge.experience.library import LEVELS, Advice
 from recipe.forge.experience.store import CheckpointError, load_payload
+
+NOT_CHECKABLE = "not checkable"
+VERDICTS = (RIGHT, WRONG, NOT_CHECKABLE)
+
+
+def entry_verdict(entry: dict[str, Any]) -> str:
+    """``right``, ``wrong`` or ``not checkable``: a saved entry's advice against the expert (lesson_quality.verdict);
+    entries saved before lessons carried advice are not checkable."""
+    advice = entry.get("advice")
+    return verdict(None if advice is None else Advice.from_dict(advice)) or NOT_CHECKABLE
 
 
 def organise(payload: dict[str, Any], zone: str | None = None, top: int | None = None) -> dict[str, Any]:
-    """The checkpoint as zones -> levels -> entries (best first: score, support, recency) plus cluster stats."""
-    entries = payload["library"]["entries"]
+    """The checkpoint as zones -> levels -> entries (best first: score, support, recency; each with its
+    ``verdict``), the verdict counts of every level (all its entries, also beyond ``top``) and cluster stats."""
+    entries = [{**e, "verdict": entry_verdict(e)} for e in payload["library"]["entries"]]
     zones: dict[str, dict[str, list[dict]]] = {}
+    verdicts: dict[str, dict[str, dict[str, int]]] = {}
     for z, levels in LEVELS.items():
         if zone is not None and z != zone:
             continue
-        zones[z] = {}
+        zones[z], verdicts[z] = {}, {}
         for level in levels:
             rows = [e for e in entries if e["zone"] == z and e["level"] == level]
             rows.sort(key=lambda e: (-e["score"], -e["support"], -e["updated_iter"], e["entry_id"]))
+            found = Counter(e["verdict"] for e in rows)
+            verdicts[z][level] = {v: found[v] for v in VERDICTS}
             zones[z][level] = rows[:top] if top is not None else rows
     return {
         "iteration": payload["iteration"],
@@ -43,6 +60,7 @@ def organise(payload: dict[str, Any], zone: str | None = None, top: int | None =
                      "warning": payload["library"]["warning_capacity"]},
         "sizes": {z: sum(1 for e in entries if e["zone"] == z) for z in LEVELS},
         "zones": zones,
+        "verdicts": verdicts,
         "clusters": cluster_stats(payload),
     }
 
@@ -71,6 +89,11 @@ def _short(text: str, limit: int = 100) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+def verdict_counts(counts: dict[str, int]) -> str:
+    """``right 2, wrong 1, not checkable 3``."""
+    return ", ".join(f"{v} {counts[v]}" for v in VERDICTS)
+
+
 def as_text(view: dict[str, Any]) -> str:
     lines = [f"experience library: iteration {view['iteration']}, version {view['version']}, "
              f"golden {view['sizes']['golden']}/{3 * view['capacity']['golden']}, "
@@ -78,11 +101,11 @@ def as_text(view: dict[str, Any]) -> str:
     for zone, levels in view["zones"].items():
         lines.append(f"\n== {zone} ==")
         for level, rows in levels.items():
-            lines.append(f"  -- {level} ({len(rows)} shown) --")
+            lines.append(f"  -- {level} ({len(rows)} shown; {verdict_counts(view['verdicts'][zone][level])}) --")
             for e in rows:
                 lines.append(f"    #{e['entry_id']:<5} score={e['score']:<7.3g} support={e['support']:<3} "
                              f"retrieved={e['retrieval_count']:<4} clusters={len(e['cluster_ids']):<3} "
-                             f"it={e['created_iter']}-{e['updated_iter']}  {e['text']}")
+                             f"it={e['created_iter']}-{e['updated_iter']}  {e['verdict']:<13}  {e['text']}")
     c = view["clusters"]
     lines.append(f"\n== clusters ==\n  count {c['count']} (evicted {c['evicted']}, exact mode {c['exact_mode']}, "
                  f"threshold {c['threshold']}), uses mean {c['uses_mean']:.2f} max {c['uses_max']}, "
@@ -98,10 +121,10 @@ def as_markdown(view: dict[str, Any]) -> str:
     for zone, levels in view["zones"].items():
         out.append(f"## {zone.capitalize()} zone")
         for level, rows in levels.items():
-            out += [f"### {level} ({len(rows)})", "", "| id | score | support | retrieved | text |",
-                    "|---:|---:|---:|---:|---|"]
+            out += [f"### {level} ({len(rows)}; {verdict_counts(view['verdicts'][zone][level])})", "",
+                    "| id | score | support | retrieved | verdict | text |", "|---:|---:|---:|---:|---|---|"]
             out += [f"| {e['entry_id']} | {e['score']:.3g} | {e['support']} | {e['retrieval_count']} | "
-                    f"{e['text'].replace('|', '&#124;')} |" for e in rows]
+                    f"{e['verdict']} | {e['text'].replace('|', '&#124;')} |" for e in rows]
             out.append("")
     c = view["clusters"]
     out += ["## Clusters", "", f"{c['count']} clusters, {c['evicted']} evicted, mean uses {c['uses_mean']:.2f}, "
@@ -116,10 +139,12 @@ def as_html(view: dict[str, Any]) -> str:
     for zone, levels in view["zones"].items():
         parts.append(f"<h2>{esc(zone)} zone</h2>")
         for level, rows in levels.items():
-            parts.append(f"<h3>{esc(level)} ({len(rows)})</h3><table border='1'><tr><th>id</th><th>score</th>"
-                         "<th>support</th><th>retrieved</th><th>text</th></tr>")
+            counts = esc(verdict_counts(view["verdicts"][zone][level]))
+            parts.append(f"<h3>{esc(level)} ({len(rows)}; {counts})</h3><table border='1'><tr><th>id</th>"
+                         "<th>score</th><th>support</th><th>retrieved</th><th>verdict</th><th>text</th></tr>")
             parts += [f"<tr><td>{e['entry_id']}</td><td>{e['score']:.3g}</td><td>{e['support']}</td>"
-                      f"<td>{e['retrieval_count']}</td><td>{esc(e['text'])}</td></tr>" for e in rows]
+                      f"<td>{e['retrieval_count']}</td><td>{esc(e['verdict'])}</td><td>{esc(e['text'])}</td></tr>"
+                      for e in rows]
             parts.append("</table>")
     c = view["clusters"]
     parts.append(f"<h2>Clusters</h2><p>{c['count']} clusters, {c['evicted']} evicted, mean uses "

@@ -121,7 +121,8 @@ class ForgeAgentLoop(AgentLoopBase):
                 started = time.perf_counter()
                 outcome, next_view = await session.step(response_text(generation.output))
                 env_seconds += time.perf_counter() - started
-                record = finish_step(prepared, generation.output, outcome.reward, outcome.done, outcome.info)
+                record = finish_step(prepared, generation.output, outcome.reward, outcome.done, outcome.info,
+                                     view.expert_action)
                 steps.append(EpisodeStep(record, prepared.experience, view, outcome, generation, gen_seconds,
                                          student_prompt_ids))
                 view = next_view
@@ -192,6 +193,7 @@ class ForgeAgentLoop(AgentLoopBase):
                 "library_version": int(version) if version is not None else NO_LIBRARY,
                 "action": record.action,
                 "admissible_actions": list(record.admissible_actions),
+                "expert_action": record.expert_action,
                 "response_text": record.response_text,
                 "task": s.view.task,
                 "task_type": s.view.task_type,

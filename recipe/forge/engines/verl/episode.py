@@ -44,7 +44,8 @@ def environment_executor() -> ThreadPoolExecutor:
 
 @dataclass
 class EpisodeView:
-    """What the policy and the library see at one step."""
+    """What the policy and the library see at one step, and the expert's action there (the manager's
+    ``expert_actions``: only the step's record keeps it, neither the prompt nor retrieval sees it)."""
 
     prompt: str  # the observation prompt (task, history, admissible actions)
     anchor_obs: str  # raw observation only: the retrieval query and the step-group key
@@ -52,6 +53,7 @@ class EpisodeView:
     task: str
     task_type: str | None
     admissible_actions: tuple[str, ...] = ()  # the actions the environment lists for this state
+    expert_action: str | None = None  # the environment's expert action here (None: none, or the episode is over)
 
 
 @dataclass
@@ -161,4 +163,5 @@ class EpisodeSession:
             task=str(info.get("task", "")),
             task_type=info.get("task_type"),
             admissible_actions=obs.admissible[0],
+            expert_action=self._manager.expert_actions([0])[0],
         )

@@ -47,6 +47,7 @@ def _row_to_step_record(r: dict) -> StepRecord:
         experience_ids=tuple(r.get("experience_ids") or ()),
         info={"library_version": int(r.get("library_version", -1))},
         admissible_actions=tuple(str(a) for a in r.get("admissible_actions") or ()),
+        expert_action=None if r.get("expert_action") is None else str(r["expert_action"]),
     )
 
 
