@@ -192,6 +192,7 @@ class ForgeAgentLoop(AgentLoopBase):
                 "library_version": int(version) if version is not None else NO_LIBRARY,
                 "action": record.action,
                 "admissible_actions": list(record.admissible_actions),
+                "expert_action": record.expert_action,
                 "response_text": record.response_text,
                 "task": s.view.task,
                 "task_type": s.view.task_type,
