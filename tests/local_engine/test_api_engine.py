@@ -56,10 +56,13 @@ def test_openai_generator_restores_the_cut_stop_string(chat_server):
 
 
 def test_prompt_only_mode_evolves_the_library_without_updates(tmp_path, chat_server, compose_cfg, run_overrides):
+    import json
+
     url, seen = chat_server
+    dump = tmp_path / "rollouts"
     cfg = compose_cfg(run_overrides(tmp_path, iterations=2) + [
         "trainer.engine=api", f"trainer.api.base_url={url}", "trainer.api.model=tiny", "trainer.test_freq=2",
-        "trainer.save_freq=2"])
+        "trainer.save_freq=2", f"trainer.rollout_data_dir={dump}"])
     history = PromptOnlyRunner(cfg, validate(cfg)).fit()
     assert [h["iteration"] for h in history] == [1, 2]
     last = history[-1]
@@ -68,6 +71,20 @@ def test_prompt_only_mode_evolves_the_library_without_updates(tmp_path, chat_ser
     assert last["api/requests"] == len(seen)
     assert (tmp_path / "global_step_2" / "library").exists()
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 2
+
+    # trainer.rollout_data_dir: training and both validation passes, one line per step, the prompt as the endpoint
+    # got it (chat messages)
+    files = {"1.jsonl": (history[0], ""), "2.jsonl": (last, ""), "val/2.jsonl": (last, "val/"),
+             "val_no_library/2.jsonl": (last, "val_no_library/")}
+    assert sorted(p.relative_to(dump).as_posix() for p in dump.rglob("*.jsonl")) == sorted(files)
+    for name, (metrics, prefix) in files.items():
+        lines = [json.loads(line) for line in (dump / name).read_text().splitlines()]
+        assert len(lines) == metrics[f"{prefix}num_steps"]
+        for line in lines:
+            assert line["input"].startswith(("system: ", "user: ")) and line["observation"] in line["input"]
+            assert [e["id"] for e in line["experiences"]] == line["experience_ids"]
+            assert all(e["text"] in line["input"] for e in line["experiences"])
+            assert not (prefix == "val_no_library/" and line["experience_ids"])
 
 
 def test_prompt_only_mode_resumes_library_and_task_sampler(tmp_path, chat_server, compose_cfg, run_overrides):

@@ -104,9 +104,10 @@ def agent_loop_stack(cfg, llm_client, num_cpus: int = 4):
         ray.shutdown()
 
 
-def submit_tasks(manager, rows: list[dict], global_steps: int):
-    """Submit dataset ``rows`` (one per task) like verl's trainer does and sample the finished groups from verl's
-    replay buffer; returns (KVBatchMeta, the uid of each row)."""
+def submit_tasks(manager, rows: list[dict], global_steps: int, validate: bool = False, wrap=None):
+    """Submit dataset ``rows`` (one per task) like verl's trainer does (``validate``: as its ``_validate`` does,
+    into the ``val`` partition) and sample the finished groups from verl's replay buffer (``wrap(buffer)``: what
+    samples in its place); returns (KVBatchMeta, the uid of each row)."""
     import numpy as np
     import transfer_queue as tq
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
@@ -117,14 +118,19 @@ def submit_tasks(manager, rows: list[dict], global_steps: int):
     batch_dict["uid"] = np.array([str(uuid.uuid4()) for _ in rows], dtype=object)
     batch = tu.get_tensordict(batch_dict)
     tu.assign_non_tensor_data(batch, "global_steps", global_steps)
+    partition = "val" if validate else "train"
+    if validate:
+        tu.assign_non_tensor_data(batch, "validate", True)
     tags = [{"is_prompt": True, "status": "pending", "global_steps": global_steps}] * len(rows)
-    tq.kv_batch_put(keys=list(batch["uid"]), partition_id="train", tags=tags)
+    tq.kv_batch_put(keys=list(batch["uid"]), partition_id=partition, tags=tags)
     manager.generate_sequences(batch)
     buffer = ReplayBuffer(
         trainer_mode="sync", trainer_config={}, max_off_policy_threshold=None, max_off_policy_strategy="drop",
         sampler_kwargs={}, poll_interval=0.2, train_batch_size=len(rows), gen_batch_size=len(rows),
     )
-    meta, _ = buffer.sample(global_steps=global_steps, partition_id="train", batch_size=len(rows))
+    if wrap is not None:
+        buffer = wrap(buffer)
+    meta, _ = buffer.sample(global_steps=global_steps, partition_id=partition, batch_size=len(rows))
     return meta, list(batch_dict["uid"])
 
 

@@ -257,3 +257,54 @@ def test_trainer_iteration_hooks_evolve_publish_and_checkpoint_the_library(verl_
     fresh.library.load_if_exists(str(tmp_path / "global_step_1" / "forge_library"))
     assert fresh.library.version == 1
     assert len(fresh.library.system.library) == logged["forge/library_total_size"]
+
+
+def test_validation_runs_with_the_evolved_library_and_is_dumped(verl_stack, monkeypatch, tmp_path):
+    """ForgeTrainer's validation hooks around one validation batch as verl's ``_validate`` submits and samples it:
+    ``on_validate_begin`` publishes the library this iteration evolved (the rows record its version), the replay
+    buffer tap keeps the batch's rows, and ``on_validate_end`` writes them as ``val/<global step>.jsonl``."""
+    import json
+
+    from verl.trainer.ppo.utils import create_rl_dataset
+
+    from recipe.forge.engines.verl.trainer import ForgeTrainer
+    from recipe.forge.engines.verl.validation_dump import ValidationRowTap
+
+    cfg, tokenizer = verl_stack["cfg"], verl_stack["tokenizer"]
+    dump = tmp_path / "rollouts"
+    with monkeypatch.context() as m:
+        m.setitem(cfg.trainer, "rollout_data_dir", str(dump))
+        trainer = object.__new__(ForgeTrainer)
+        trainer.init_forge_state(cfg)
+    trainer.tokenizer, trainer.global_steps = tokenizer, 1
+    trainer.library.begin_iteration(0)
+    meta, _ = rollout(verl_stack, 0, global_steps=1)
+    rows = [getattr(e, "data", e) for e in fetch(meta, ["extra_fields"]).pop("extra_fields").tolist()]
+    clusters = trainer.library.absorb(rows)
+    trainer.library.end_iteration([{**r, "cluster_id": c} for r, c in zip(rows, clusters)], iteration=0)
+    assert trainer.library.version == 1 and len(trainer.library.system.library) > 0
+
+    trainer.on_validate_begin()
+    dataset = create_rl_dataset(cfg.data.val_files, cfg.data, tokenizer, None, is_train=False, max_samples=2)
+    tasks = [dataset[i] for i in range(2)]
+    meta, _ = verl_stack["helpers"].submit_tasks(verl_stack["manager"], tasks, 1, validate=True,
+                                                 wrap=lambda buffer: ValidationRowTap(buffer, trainer.keep_validation_batch))
+    data = fetch(meta, ["prompts", "extra_fields"])
+    rows = [getattr(e, "data", e) for e in data.pop("extra_fields").tolist()]
+    prompts = data["prompts"].to_padded_tensor(tokenizer.pad_token_id)
+    trainer.on_validate_end()
+
+    assert {r["library_version"] for r in rows} == {1}  # the library evolved by iteration 0, not the one it ran with
+    lines = [json.loads(line) for line in (dump / "val" / "1.jsonl").read_text().splitlines()]
+    assert sorted(p.relative_to(dump).as_posix() for p in dump.rglob("*")) == ["val", "val/1.jsonl"]
+    assert len(lines) == len(rows) and {line["step"] for line in lines} == {1}
+    by_step = {(line["traj_uid"], line["turn"]): line for line in lines}
+    entries = trainer.library.system.library.entries
+    for i, row in enumerate(rows):
+        line = by_step[(row["traj_uid"], row["step_index"])]
+        assert line["input"] == tokenizer.decode(prompts[i]).replace(tokenizer.pad_token, "")  # the row's prompt
+        assert line["observation"] == row["anchor_obs"] and line["output"] == row["response_text"]
+        assert line["score"] == row["step_reward"] and line["experience_ids"] == row["experience_ids"]
+        for entry in line["experiences"]:
+            assert (entry["level"], entry["text"]) == (entries[int(entry["id"])].level, entries[int(entry["id"])].text)
+            assert entry["text"] in line["input"]

@@ -114,6 +114,7 @@ class PromptOnlyRunner:
     def __init__(self, cfg: DictConfig, validated: ValidatedConfig, client: Any | None = None):
         from agent_system.environments import make_envs
         from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
+        from recipe.forge.engines.local.rollout_dump import chat_prompt, rollout_dump
         from recipe.forge.engines.local.settings import engine_settings
         from recipe.forge.experience import ExperienceSystem
 
@@ -127,6 +128,8 @@ class PromptOnlyRunner:
         llm = self.generator.as_llm() if self.algorithm.forge.extractor == "llm" else None
         self.experience = ExperienceSystem.from_algorithm(self.algorithm, llm=llm)
         self.output_dir = Path(self.settings.output_dir)
+        self.iteration = 0  # iterations done: what a validation pass now runs after, and its dump's file name
+        self.dump = rollout_dump(self.settings.rollout_data_dir, chat_prompt)  # the endpoint is sent messages
 
     def sampling(self, validation: bool = False) -> SamplingParams:
         s = self.settings
@@ -137,7 +140,8 @@ class PromptOnlyRunner:
     def validate(self) -> dict[str, float]:
         from recipe.forge.engines.local.validation import validation_metrics
 
-        return validation_metrics(self.collector, self.val_envs, self.generator, self.sampling(True), self.experience)
+        return validation_metrics(self.collector, self.val_envs, self.generator, self.sampling(True), self.experience,
+                                  dump=self.dump, iteration=self.iteration)
 
     def _save(self, iteration: int) -> None:
         """The library, the task sampler and the iteration, in the embedded trainer's checkpoint layout."""
@@ -157,11 +161,12 @@ class PromptOnlyRunner:
         return int(state["iteration"])
 
     def fit(self) -> list[dict[str, float]]:
+        from recipe.forge.engines.local.rollout_dump import shown_entries
         from recipe.forge.engines.local.settings import is_due
         from recipe.forge.engines.local.tracking import MetricsTracker
 
         s = self.settings
-        start = self._resume()
+        start = self.iteration = self._resume()
         if s.val_only:
             from recipe.forge.engines.local.validation import evaluate_only
 
@@ -176,8 +181,11 @@ class PromptOnlyRunner:
             batch = self.collector.collect(self.train_envs, self.generator, self.sampling(),
                                            experience_provider=self.experience.provider)
             metrics = dict(batch.metrics)
+            shown = shown_entries(batch.trajectories, self.experience.library) if self.dump is not None else {}
             metrics.update(self.experience.evolve(batch.trajectories, iteration))
-            done = iteration + 1
+            done = self.iteration = iteration + 1
+            if self.dump is not None:
+                self.dump.write(batch.trajectories, done, shown)
             if is_due(done, s.test_freq, s.total_iterations):
                 metrics.update(self.validate())
             metrics["timing_s/step"] = time.perf_counter() - started

@@ -35,7 +35,7 @@ from recipe.forge.engines.local.checkpoint import checkpoint_to_resume, load_che
 from recipe.forge.engines.local.generation import HFGenerator
 from recipe.forge.engines.local.lr_schedule import build_lr_scheduler
 from recipe.forge.engines.local.model_loading import Policy, PolicyConfig, build_policy
-from recipe.forge.engines.local.rollout_dump import dump_rollouts
+from recipe.forge.engines.local.rollout_dump import decoded_prompt, rollout_dump, shown_entries
 from recipe.forge.engines.local.sequences import pack
 from recipe.forge.engines.local.settings import EngineSettings, engine_settings, is_due
 from recipe.forge.engines.local.timing import PhaseTimer, TimedProvider
@@ -167,8 +167,9 @@ class LocalTrainer:
             self.policy.model, self.optimizer, loss_settings(s),
             autocast=self.autocast, critic=self.critic, critic_optimizer=self.critic_optimizer, rng=self.shuffle_rng,
         )
-        self.iteration = 0
+        self.iteration = 0  # iterations done: what a validation pass now runs after, and its dump's file name
         self.tracker: MetricsTracker | None = None
+        self.dump = rollout_dump(s.rollout_data_dir, decoded_prompt(self.tokenizer.decode))
 
     # ------------------------------------------------------------------ helpers
     def _build_lr_schedulers(self, done: int) -> None:
@@ -262,12 +263,14 @@ class LocalTrainer:
         s = self.settings
         metrics: dict[str, float] = dict(rollout.metrics)
         metrics.update(update_metrics)
+        library = self.experience.library if self.experience is not None else None
+        shown = shown_entries(rollout.trajectories, library) if self.dump is not None else {}
         if self.experience is not None:
             with timer.phase("forge_evolution"):
                 metrics.update(self.experience.evolve(rollout.trajectories, iteration))
         metrics.update(self._batch_metrics(batch, rollout, generated))
-        if s.rollout_data_dir:  # after evolve: steps carry the driver's cluster ids
-            dump_rollouts(s.rollout_data_dir, rollout.trajectories, iteration + 1, self.tokenizer.decode)
+        if self.dump is not None:  # after evolve: steps carry the driver's cluster ids; entries as they were shown
+            self.dump.write(rollout.trajectories, iteration + 1, shown)
         if distill is not None:
             metrics["distill/weight"] = distill.weight
             metrics["distill/rows"] = float(len(distill.rows))
@@ -312,9 +315,10 @@ class LocalTrainer:
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> dict[str, float]:
-        """Held-out seeds at the validation temperature, with the library (forge) and without it."""
+        """Held-out seeds at the validation temperature, with the library (forge) and without it; dumped as
+        iteration ``self.iteration`` with ``trainer.rollout_data_dir``."""
         return validation_metrics(self.collector, self.val_envs, self.generator, self.sampling(validation=True),
-                                  self.experience, self.tokenizer)
+                                  self.experience, self.tokenizer, self.dump, self.iteration)
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, iteration: int) -> Path:
@@ -341,6 +345,7 @@ class LocalTrainer:
         With ``trainer.val_only`` it only evaluates the restored checkpoint (validation.evaluate_only)."""
         s = self.settings
         start = self.resume()
+        self.iteration = start
         if s.val_only:
             return evaluate_only(s, start, self.validate, OmegaConf.to_container(self.cfg, resolve=False))
         self.tracker = MetricsTracker(self.output_dir, s.loggers, s.project_name, s.experiment_name,
@@ -355,7 +360,7 @@ class LocalTrainer:
         for iteration in bar:
             started = time.perf_counter()
             metrics = self.train_iteration(iteration)
-            done = iteration + 1
+            done = self.iteration = iteration + 1
             if is_due(done, s.test_freq, s.total_iterations):
                 metrics.update(self.validate())
             metrics["timing_s/step"] = time.perf_counter() - started
@@ -363,6 +368,5 @@ class LocalTrainer:
             history.append({"iteration": done, **metrics})
             if is_due(done, s.save_freq, s.total_iterations):
                 self.save(done)
-            self.iteration = done
         self.tracker.close()
         return history

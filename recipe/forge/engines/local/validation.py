@@ -1,5 +1,7 @@
 """Validation passes shared by the embedded trainer and prompt-only mode: held-out tasks with the library and,
-for SLEA-RL, the same tasks without it, so the library's contribution shows in the metrics."""
+for SLEA-RL, the same tasks without it, so the library's contribution shows in the metrics. With
+``trainer.rollout_data_dir`` every pass's steps are dumped too (rollout_dump.py: ``val/<iteration>.jsonl``,
+``val_no_library/<iteration>.jsonl``)."""
 
 from __future__ import annotations
 
@@ -7,22 +9,29 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agent_system.multi_turn_rollout.protocols import SamplingParams
+from recipe.forge.engines.local.rollout_dump import RolloutDump, shown_entries
 
 
 def validation_metrics(collector, envs, generator, sampling: SamplingParams, experience=None,
-                       tokenizer: Any = None) -> dict[str, float]:
-    """``val/*`` metrics (with the library when ``experience`` is given) and ``val_no_library/*`` (only then)."""
+                       tokenizer: Any = None, dump: RolloutDump | None = None,
+                       iteration: int = 0) -> dict[str, float]:
+    """``val/*`` metrics (with the library when ``experience`` is given) and ``val_no_library/*`` (only then);
+    with ``dump``, each pass's steps go to ``<dump dir>/<pass>/<iteration>.jsonl``."""
     runs = [("val", None)]
     if experience is not None:
         from recipe.forge.experience import ExperienceSystem
 
         # A read-only copy: validation observations must not found clusters in the training index.
         view = ExperienceSystem.from_snapshot(experience.snapshot(), tokenizer=tokenizer)
-        runs = [("val", view.provider), ("val_no_library", None)]
+        runs = [("val", view), ("val_no_library", None)]
     metrics: dict[str, float] = {}
-    for prefix, provider in runs:
+    for prefix, system in runs:
+        provider = system.provider if system is not None else None
         batch = collector.collect(envs, generator, sampling, experience_provider=provider, dynamic_sampling=False)
         metrics.update({f"{prefix}/{k}": v for k, v in batch.metrics.items()})
+        if dump is not None:
+            entries = shown_entries(batch.trajectories, system.library if system is not None else None)
+            dump.write(batch.trajectories, iteration, entries, pass_name=prefix)
     return metrics
 
 

@@ -21,7 +21,8 @@ from recipe.forge.engines.verl.library_channel import get_or_create_broker
 
 def rows_to_step_records(rows: Sequence[dict]) -> list[StepRecord]:
     """One StepRecord per row, in row order, read back from the fields the agent loop wrote from its StepRecords
-    (token ids are not carried: evolution works on text; the messages are rebuilt by the shared rule)."""
+    (the messages are rebuilt by the shared rule). Token ids are not in extra_fields (evolution works on text);
+    a row that also holds its ``prompt_ids`` (the rollout dump adds the batch's prompt) gives them to the record."""
     return [_row_to_step_record(r) for r in rows]
 
 
@@ -37,7 +38,7 @@ def _row_to_step_record(r: dict) -> StepRecord:
         plain_messages=plain,
         response_text=str(r.get("response_text", "")),
         action=str(r.get("action", "")),
-        prompt_ids=[],
+        prompt_ids=[int(i) for i in r.get("prompt_ids") or ()],
         response_ids=[],
         logprobs=[],
         reward=float(r["step_reward"]),

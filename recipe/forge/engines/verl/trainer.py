@@ -10,7 +10,10 @@ Select it with ``trainer.v1.trainer_mode=forge`` (run_verl does). Compared with 
 * after each iteration, on the driver: episode metrics, library evolution from the iteration's trajectories,
   publication of the new library version to the agent-loop workers, forge/* metrics, and a library checkpoint
   every ``algorithm.forge.library_save_freq`` iterations (and with every trainer checkpoint);
-* optional self-distillation (algorithm.forge.use_distillation): see recipe/forge/engines/verl/distill.py.
+* optional self-distillation (algorithm.forge.use_distillation): see recipe/forge/engines/verl/distill.py;
+* validation runs with the library evolved from the iteration before it (published again at validation start),
+  as on the embedded engine, and with ``trainer.rollout_data_dir`` its steps are dumped in the embedded
+  engine's format (recipe/forge/engines/verl/validation_dump.py).
 """
 
 from __future__ import annotations
@@ -34,9 +37,11 @@ from verl.utils.debug import marked_timer
 from verl.workers.utils.padding import response_from_nested, response_to_nested
 
 from recipe.forge.distillation import distillation_weight
+from recipe.forge.engines.local.rollout_dump import decoded_prompt, rollout_dump
 from recipe.forge.engines.verl import step_batch
 from recipe.forge.engines.verl.distill import check_distillation_config, distillation_advantage
 from recipe.forge.engines.verl.library_driver import LibraryDriver, RolloutServerLLM
+from recipe.forge.engines.verl.validation_dump import ValidationRowTap, fetch_rows, write_validation
 from recipe.forge.step_samples import (STEP_ESTIMATORS, StepSamples, samples_advantage, section_value, step_returns,
                                        token_level_scores)
 
@@ -154,6 +159,10 @@ class ForgeTrainer(PPOTrainerSync):
         self.library = LibraryDriver.from_trainer_config(config, llm=llm)
         self._iteration_rows: list[dict] = []
         self._checkpoint_folder: str | None = None  # set when verl saved a checkpoint this iteration
+        # trainer.rollout_data_dir: the validation pass's rows, dumped at its end (verl's tokenizer decodes them)
+        self.rollout_dump = rollout_dump(config.trainer.get("rollout_data_dir"),
+                                         decoded_prompt(lambda ids: self.tokenizer.decode(ids)))
+        self._validation_rows: list[dict] = []
         self.distill = bool(config.algorithm.forge.use_distillation) and self.library.enabled
         if self.distill:
             from agent_system.environments.config import env_config_from_mapping
@@ -175,9 +184,36 @@ class ForgeTrainer(PPOTrainerSync):
                 if worker_cls in CPU_WORKERS:
                     self.role_worker_mapping[role] = ray.remote(CPU_WORKERS[worker_cls])
 
+    def _build_replay_buffer(self):
+        """verl's replay buffer; with ``trainer.rollout_data_dir`` it hands each validation batch it samples to
+        :meth:`keep_validation_batch` (verl clears a batch from TransferQueue right after reading it)."""
+        buffer = super()._build_replay_buffer()
+        if not self.config.trainer.get("rollout_data_dir"):
+            return buffer
+        return ValidationRowTap(buffer, self.keep_validation_batch)
+
     def on_init_end(self):
         super().on_init_end()
         self.library.begin_iteration(max(self.global_steps - 1, 0))
+
+    # ------------------------------------------------------------ validation
+    def on_validate_begin(self):
+        """Publish the library as it is now: validation after iteration k then runs with the library evolved from
+        k (the last publication, at the start of k, predates that evolution), as the embedded engine's does."""
+        super().on_validate_begin()
+        self.library.begin_iteration(max(self.global_steps - 1, 0))
+        self._validation_rows = []
+
+    def keep_validation_batch(self, batch: KVBatchMeta) -> None:
+        self._validation_rows.extend(fetch_rows(batch))
+
+    def on_validate_end(self):
+        """With ``trainer.rollout_data_dir``: the pass's steps as ``val/<global step>.jsonl``."""
+        super().on_validate_end()
+        if self.rollout_dump is not None:
+            library = self.library.system.library if self.library.enabled else None
+            write_validation(self.rollout_dump, self._validation_rows, self.global_steps, library)
+        self._validation_rows = []
 
     def on_step_begin(self):
         super().on_step_begin()
