@@ -36,7 +36,9 @@ def check_pass(lines, metrics, prefix, iteration):
     for line in lines:
         assert set(line) == FIELDS
         assert line["observation"] in line["input"] and "<|im_start|>assistant" in line["input"]
-        assert line["admissible_actions"] == ["+", "-"] and line["expert_action"] is None  # NumberLine: no expert
+        assert line["admissible_actions"] == ["+", "-"]
+        target, current = (int(part.split(":")[1]) for part in line["observation"].splitlines()[-2:])
+        assert line["expert_action"] == ("+" if target > current else "-")  # NumberLine's expert, by hand
         episodes.setdefault(line["traj_uid"], []).append(line)
     assert len(episodes) == metrics[f"{prefix}/num_trajectories"]
     for steps in episodes.values():
@@ -83,6 +85,15 @@ def test_validation_passes_are_dumped_per_iteration(tmp_path, taught_policy, tok
     # after two iterations the library's gates are open: what validation showed is the library of the checkpoint
     # saved after iteration 2, entry by entry
     assert check_shown(read(dump / "val" / "2.jsonl"), saved_entries(run / "global_step_2")) > 0
+    # what the held-out states were told, recounted from the dump by hand: a lesson is right when its source step's
+    # expert is neither avoided nor missing from a non-empty do list
+    told = [e["advice"] for line in read(dump / "val" / "2.jsonl") for e in line["experiences"]]
+    checked = [a for a in told if a is not None and a["expert"] is not None]
+    right = [a for a in checked if a["expert"] not in a["avoid"] and (not a["do"] or a["expert"] in a["do"])]
+    assert last["val/forge/lessons_checkable"] == pytest.approx(len(checked) / len(told))
+    if checked:
+        assert last["val/forge/lesson_precision"] == pytest.approx(len(right) / len(checked))
+    assert not any(key.startswith("val_no_library/forge/lesson") for key in last)
     # training steps name their entries too, as the library held them when the rollout ran (saved after iteration 1)
     assert check_shown(read(dump / "2.jsonl"), saved_entries(run / "global_step_1")) > 0
 

@@ -25,9 +25,9 @@ library's ``entries``), and an id not in it (pruned since) is an injected lesson
   an action in one's ``do`` that is in another's ``avoid``;
 * ``forge/library_precision``: right / (right + wrong) over the checkable entries of ``entries``.
 
-Where there is nothing to measure (no step, no injected or no checkable lesson), a metric is 0.0 and still
-reported, as :func:`recipe.forge.experience.metrics.injection_stats` does: read a precision together with
-``forge/lessons_checkable``.
+A precision with no checkable lesson behind it is left out of the metrics (a 0.0 would read as "every lesson
+wrong"); the shares (``lessons_checkable``, ``lesson_conflict``) are 0.0 where nothing was shown. Read a
+precision together with ``forge/lessons_checkable``.
 """
 
 from __future__ import annotations
@@ -55,11 +55,16 @@ def verdict(advice: Advice | None) -> str | None:
     return RIGHT if expert not in avoid and (not do or expert in do) else WRONG
 
 
-def precision(verdicts: Iterable[str | None]) -> float:
-    """right / (right + wrong) of ``verdicts`` (None ones left out); 0.0 with none checkable."""
+def precision(verdicts: Iterable[str | None]) -> float | None:
+    """right / (right + wrong) of ``verdicts`` (None ones left out); None with none checkable."""
     counts = Counter(v for v in verdicts if v is not None)
     checked = counts[RIGHT] + counts[WRONG]
-    return counts[RIGHT] / checked if checked else 0.0
+    return counts[RIGHT] / checked if checked else None
+
+
+def _measured(metrics: dict[str, float | None]) -> dict[str, float]:
+    """``metrics`` without the precisions that had nothing to measure."""
+    return {name: value for name, value in metrics.items() if value is not None}
 
 
 def conflicting(advices: Sequence[Advice]) -> bool:
@@ -93,18 +98,18 @@ def injected_lesson_stats(steps: Sequence[StepRecord], entries: Mapping[int, Exp
             shown_steps += 1
             conflicts += conflicting([e.advice for e in shown if e is not None and e.advice is not None])
     checkable = sum(v is not None for v in verdicts)
-    out = {
+    out: dict[str, float | None] = {
         "forge/lesson_precision": precision(verdicts),
         "forge/lessons_checkable": checkable / len(verdicts) if verdicts else 0.0,
         "forge/lesson_conflict": conflicts / shown_steps if shown_steps else 0.0,
     }
     out.update({f"forge/lesson_precision/{level}": precision(found) for level, found in by_level.items()})
-    return out
+    return _measured(out)
 
 
 def library_precision(entries: Mapping[int, ExperienceEntry]) -> dict[str, float]:
     """``forge/library_precision``: the right share of the checkable entries of ``entries``."""
-    return {"forge/library_precision": precision(verdict(e.advice) for e in entries.values())}
+    return _measured({"forge/library_precision": precision(verdict(e.advice) for e in entries.values())})
 
 
 def lesson_quality_stats(steps: Sequence[StepRecord], entries: Mapping[int, ExperienceEntry]) -> dict[str, float]:

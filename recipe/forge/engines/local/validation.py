@@ -15,8 +15,8 @@ from recipe.forge.engines.local.rollout_dump import RolloutDump, shown_entries
 def validation_metrics(collector, envs, generator, sampling: SamplingParams, experience=None,
                        tokenizer: Any = None, dump: RolloutDump | None = None,
                        iteration: int = 0) -> dict[str, float]:
-    """``val/*`` metrics (with the library when ``experience`` is given) and ``val_no_library/*`` (only then);
-    with ``dump``, each pass's steps go to ``<dump dir>/<pass>/<iteration>.jsonl``."""
+    """``val/*`` metrics (with the library when ``experience`` is given, and then the shown lessons' quality,
+    ``val/forge/lesson_precision`` ...) and ``val_no_library/*`` (only then); with ``dump``, each pass's steps go to ``<dump dir>/<pass>/<iteration>.jsonl``."""
     runs = [("val", None)]
     if experience is not None:
         from recipe.forge.experience import ExperienceSystem
@@ -29,6 +29,9 @@ def validation_metrics(collector, envs, generator, sampling: SamplingParams, exp
         provider = system.provider if system is not None else None
         batch = collector.collect(envs, generator, sampling, experience_provider=provider, dynamic_sampling=False)
         metrics.update({f"{prefix}/{k}": v for k, v in batch.metrics.items()})
+        if system is not None:  # what the held-out states were told, checked against the expert
+            steps = [step for trajectory in batch.trajectories for step in trajectory.steps]
+            metrics.update({f"{prefix}/{k}": v for k, v in system.lesson_quality(steps).items()})
         if dump is not None:
             entries = shown_entries(batch.trajectories, system.library if system is not None else None)
             dump.write(batch.trajectories, iteration, entries, pass_name=prefix)
