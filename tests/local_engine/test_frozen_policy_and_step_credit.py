@@ -41,3 +41,13 @@ def test_step_credit_lessons_run_on_the_embedded_engine(compose_cfg, run_overrid
     history = LocalTrainer(cfg, validate(cfg), Components(policy=taught_policy)).fit()
     assert [row["iteration"] for row in history] == [1, 2]
     assert "forge/extractor_credit_states" in history[-1]
+
+
+def test_the_library_effect_line_compares_the_two_validation_passes():
+    from recipe.forge.engines.local.validation import library_effect
+
+    metrics = {"val/success_rate": 0.75, "val_no_library/success_rate": 0.5, "val/num_trajectories": 64.0,
+               "val/forge/lesson_precision": 0.9}
+    assert library_effect(metrics) == ("validation on 64 held-out episodes: success 0.750 with the library, 0.500 "
+                                       "without it (+0.250); precision of the lessons shown 0.900")
+    assert library_effect({"val/success_rate": 0.5}) is None  # a baseline validates once, without a library

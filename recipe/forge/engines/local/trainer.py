@@ -41,7 +41,7 @@ from recipe.forge.engines.local.settings import EngineSettings, engine_settings,
 from recipe.forge.engines.local.timing import PhaseTimer, TimedProvider
 from recipe.forge.engines.local.tracking import MetricsTracker
 from recipe.forge.engines.local.update import DistillationInputs, LossSettings, PolicyUpdater, ValueModel
-from recipe.forge.engines.local.validation import evaluate_only, validation_metrics
+from recipe.forge.engines.local.validation import evaluate_only, library_effect, validation_metrics
 from recipe.forge.experience.metrics import reward_metrics
 
 STOP = ("</action>",)
@@ -363,6 +363,9 @@ class LocalTrainer:
             done = self.iteration = iteration + 1
             if is_due(done, s.test_freq, s.total_iterations):
                 metrics.update(self.validate())
+                effect = library_effect(metrics)
+                if effect is not None:
+                    tqdm.write(f"iteration {done}: {effect}")
             metrics["timing_s/step"] = time.perf_counter() - started
             self.tracker.log(done, metrics)
             history.append({"iteration": done, **metrics})

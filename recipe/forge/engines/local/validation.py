@@ -38,6 +38,20 @@ def validation_metrics(collector, envs, generator, sampling: SamplingParams, exp
     return metrics
 
 
+def library_effect(metrics: dict[str, float]) -> str | None:
+    """One line on what the library did in a validation (``val/*`` with it, ``val_no_library/*`` without it, on
+    the same held-out tasks), or None when ``metrics`` holds no such pair."""
+    if "val/success_rate" not in metrics or "val_no_library/success_rate" not in metrics:
+        return None
+    with_library, without = metrics["val/success_rate"], metrics["val_no_library/success_rate"]
+    episodes = int(metrics.get("val/num_trajectories", 0))
+    line = (f"validation on {episodes} held-out episodes: success {with_library:.3f} with the library, "
+            f"{without:.3f} without it ({with_library - without:+.3f})")
+    if "val/forge/lesson_precision" in metrics:
+        line += f"; precision of the lessons shown {metrics['val/forge/lesson_precision']:.3f}"
+    return line
+
+
 def evaluate_only(settings, iteration: int, validate: Callable[[], dict[str, float]],
                   config: dict | None = None) -> list[dict[str, float]]:
     """``trainer.val_only``: one validation pass of the restored checkpoint, logged on its own.
