@@ -9,7 +9,8 @@ one thread each. Extra Hydra overrides after ``--`` apply to every run (e.g. a m
 
 Methods (``--methods``, formerly ``--estimators``): ``forge`` (SLEA-RL), ``gigpo``, ``grpo``; ``oracle`` (SLEA-RL
 whose lessons come from the environment's expert at every visited state, ``algorithm.forge.extractor=oracle``:
-the most injection can give this policy, the ceiling); ``forge_frozen`` (the library alone: SLEA-RL's library
+the most injection can give this policy, the ceiling); ``forge_outcome`` and ``forge_step`` (SLEA-RL with the
+paper's outcome-credited lessons, and with step-credited ones: ``algorithm.forge.lesson_credit``); ``forge_frozen`` (the library alone: SLEA-RL's library
 evolving over a frozen policy, ``trainer.local.freeze_policy=true``) and ``frozen`` (the same frozen policy
 without a library). The output file holds, per method and seed::
 
@@ -42,7 +43,10 @@ METHODS: dict[str, tuple[str, ...]] = {
     "forge": ("algorithm.adv_estimator=forge",),
     "gigpo": ("algorithm.adv_estimator=gigpo",),
     "grpo": ("algorithm.adv_estimator=grpo",),
-    "oracle": ("algorithm.adv_estimator=forge", "algorithm.forge.extractor=oracle"),
+    "oracle": ("algorithm.adv_estimator=forge", "algorithm.forge.extractor=oracle",
+               "algorithm.forge.lesson_credit=outcome"),
+    "forge_outcome": ("algorithm.adv_estimator=forge", "algorithm.forge.lesson_credit=outcome"),
+    "forge_step": ("algorithm.adv_estimator=forge", "algorithm.forge.lesson_credit=step"),
     "forge_frozen": ("algorithm.adv_estimator=forge", "trainer.local.freeze_policy=true"),
     "frozen": ("algorithm.adv_estimator=gigpo", "trainer.local.freeze_policy=true"),
 }

@@ -11,7 +11,8 @@ How to add an environment (e.g. ``env_package/myenv/``)
    task share one seed, and that is what makes them a group. Optionally implement ``expert_action()``
    (the action a scripted expert would take now, in the environment's own action language) so that
    ``scripts/bench_envs.py --policy expert`` and the tests can drive it, and so that every step record carries
-   it (``StepRecord.expert_action``, which measures the library's lessons).
+   it (``StepRecord.expert_action``, which measures the library's lessons; an expert too slow to ask at every
+   step is left out of the records with the manager's ``records_expert_actions = False``).
    The constructor takes keyword arguments only, all picklable: environments may be built inside worker
    processes from an :class:`EnvSpec`.
 2. ``prompts/myenv.py``: ``build_prompt(ctx: PromptContext) -> str`` (see prompts/common.py), rendering
@@ -144,6 +145,8 @@ class EnvironmentManagerBase:
     heavy: ClassVar[bool] = False  # True: environments run in worker processes with a per-step timeout
     has_task_types: ClassVar[bool] = False  # True: success is also reported per info["task_type"]
     default_max_steps: ClassVar[int] = 15  # the environment's standard episode limit (env.max_steps=null)
+    # False: the step records carry no expert action (an expert too slow to ask at every step of a rollout)
+    records_expert_actions: ClassVar[bool] = True
 
     def __init__(self, config: EnvConfig, num_tasks: int, split: str, env_name: str | None = None, pool: Any = None):
         from agent_system.workers import make_pool
@@ -389,6 +392,12 @@ class EnvironmentManagerBase:
         if new:
             self._experts.update(zip(new, self.pool.call("expert_action", new)))
         return [self._experts[i] if self.active[i] else None for i in indices]
+
+    def recorded_expert_actions(self, indices: Sequence[int]) -> list[str | None]:
+        """The ``expert_action`` the step records of ``indices`` carry, asked by both engines at the state the
+        policy acts on: :meth:`expert_actions`, or None for every one where the environment does not record its
+        expert (``records_expert_actions`` False)."""
+        return self.expert_actions(indices) if self.records_expert_actions else [None] * len(indices)
 
     def close(self) -> None:
         self.pool.close()

@@ -196,7 +196,7 @@ class TrajectoryCollector:
             for i in idx
         ]
         prepared = prepare_steps(queries, [obs.text[i] for i in idx], [obs.image[i] for i in idx], provider)
-        experts = envs.expert_actions(idx)  # at the state the policy acts on, before the environment steps
+        experts = envs.recorded_expert_actions(idx)  # at the state acted on, before the environment steps
         outputs = generator.generate([p.messages for p in prepared], sampling)
         self.generation_calls += 1
         if len(outputs) != len(idx):

@@ -6,7 +6,7 @@
   engine for one episode per coroutine (verl's server manager); either way one GenerationOutput per step;
 * the engine applies :func:`response_text` to the environment; :func:`finish_step` turns the prepared step, its
   generation, the environment's answer and the environment's expert action at the state the step acted on (the
-  manager's ``expert_actions``, read before the environment steps) into the step's :class:`StepRecord`.
+  manager's ``recorded_expert_actions``, read before the environment steps) into the step's :class:`StepRecord`.
 
 The environment step sits between generation and ``finish_step`` in both engines (a batched manager call on the
 embedded engine, a thread-pool call per episode on verl's), so it is an argument here, not a call.

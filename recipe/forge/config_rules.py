@@ -187,8 +187,22 @@ def check_config_values(cfg: DictConfig):
     check_algorithm_values(cfg)
     env = env_config_from_mapping(_section(cfg, "env"))
     env.validate(known_env_names())
+    if _section(cfg, "algorithm.forge").get("extractor") == "oracle":
+        check_records_expert(env.env_name)
     data = _section(cfg, "data")
     for key in ("train_batch_size", "val_batch_size"):
         if data.get(key) is not None:
             check_int(f"data.{key}", data.get(key), 1)
     return env
+
+
+def check_records_expert(env_name: str) -> None:
+    """``algorithm.forge.extractor=oracle`` teaches the expert's actions recorded on the steps: an environment whose
+    manager records none (``records_expert_actions``) fails here; one whose steps turn out to carry none fails at
+    the first evolution (extract_oracle.py)."""
+    from agent_system.environments.registry import get_env_manager_class
+
+    if not get_env_manager_class(env_name).records_expert_actions:
+        raise ConfigError(f"algorithm.forge.extractor=oracle needs the expert's action on every step, and "
+                          f"env.env_name={env_name!r} does not record it (its manager's records_expert_actions is "
+                          "False: an expert too slow to ask at every step); use algorithm.forge.extractor=rule")

@@ -257,3 +257,20 @@ def test_a_finished_environment_has_no_expert_action():
     while envs.active.any():
         envs.step([None if a is None else tagged(a) for a in envs.expert_actions([0, 1])])
     assert envs.expert_actions([0, 1]) == [None, None]  # the environments would still answer, but are done
+
+
+def test_an_environment_that_does_not_record_its_expert_leaves_the_steps_without_one():
+    from agent_system.environments.env_package.gym_cards.manager import GymCardsEnvironmentManager
+    from agent_system.environments.env_package.alfworld.manager import AlfworldEnvironmentManager
+    from agent_system.environments.config import env_config_from_mapping
+
+    class Unrecorded(GymCardsEnvironmentManager):
+        records_expert_actions = False
+
+    cfg = env_config_from_mapping({"env_name": "gym_cards/NumberLine-v0", "rollout": {"n": 2},
+                                   "gym_cards": {"target_max": 4}})
+    envs = Unrecorded(cfg, num_tasks=2, split="train")
+    batch = TrajectoryCollector().collect(envs, ExpertGenerator(envs), SamplingParams(), seeds=[1, 2])
+    assert batch.metrics["success_rate"] == 1.0  # the expert still plays when asked
+    assert batch.steps and all(s.expert_action is None for s in batch.steps)
+    assert not AlfworldEnvironmentManager.records_expert_actions  # its planner is too slow to ask every step

@@ -41,6 +41,8 @@ FAULTS = [
     ({f"{A}.optim.lr": float("nan")}, "must be a number, not NaN"),
     ({"algorithm.forge.obs_similarity_threshold": "abc"}, "obs_similarity_threshold='abc' must be a number"),
     ({"env.appworld.timeout_s": 0}, "env.appworld.timeout_s=0"),
+    ({"algorithm.forge.extractor": "oracle", "env.env_name": "alfworld"},
+     "extractor=oracle needs the expert's action on every step, and env.env_name='alfworld' does not record it"),
 ]
 
 
@@ -72,6 +74,10 @@ def test_a_resume_path_to_an_incomplete_checkpoint_is_refused(shipped, tmp_path)
                           "trainer.resume_from_path": str(tmp_path / "global_step_2")})
     with pytest.raises(ConfigError, match="is not a complete checkpoint"):
         check_engine_config(cfg)
+
+
+def test_the_oracle_extractor_passes_on_an_environment_that_records_its_expert(shipped):
+    check_config_values(_with(shipped, {"algorithm.forge.extractor": "oracle", "env.env_name": "sokoban"}))
 
 
 def test_the_shipped_values_pass_and_a_micro_batch_is_read_as_given(shipped):

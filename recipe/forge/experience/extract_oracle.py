@@ -18,8 +18,9 @@ Where the expert named different actions at one state (an expert that depends on
 the most frequent one is taught (the first seen on a tie). The candidates then go the way of any lesson: dedupe,
 the rate limit (``max_strategies_per_iter``, highest score first), admission, retrieval, rendering and injection.
 
-A batch whose steps carry no expert action at all is an error naming the key: the environment has no expert (or
-offered none at the states visited), and an oracle library would stay empty without a word.
+A batch whose steps carry no expert action at all is an error naming the key: the environment has no expert,
+offered none at the states visited, or does not record it on its steps (ALFWorld, whose planner is too slow to ask
+at every step), and an oracle library would stay empty without a word.
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ class OracleExtractor:
             steps = sum(len(seen) for seen in visits.values())
             raise ConfigError(
                 f"algorithm.forge.extractor=oracle needs the environment's expert action on the steps, and none of "
-                f"this iteration's {steps} steps carried one (the environment implements no expert_action, or it "
-                "offers none at these states); use extractor=rule or an environment with an expert")
+                f"this iteration's {steps} steps carried one (the environment implements no expert_action, offers "
+                "none at these states, or its manager does not record it: records_expert_actions); use "
+                "extractor=rule or an environment whose steps carry an expert")
         out = []
         for state, seen in visits.items():
             candidate = self._lesson(state, seen)

@@ -17,6 +17,9 @@ class AlfworldEnvironmentManager(EnvironmentManagerBase):
     prompt_builder = staticmethod(alfworld_prompt.build_prompt)
     heavy = True
     has_task_types = True
+    # once the agent strays from the walkthrough its expert calls the PDDL planner (up to tens of seconds a call on a
+    # pick-two game): rollouts do not ask it at every step, and the step records carry no expert action
+    records_expert_actions = False
 
     @classmethod
     def env_spec(cls, config: EnvConfig, split: str) -> EnvSpec:

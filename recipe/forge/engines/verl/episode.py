@@ -45,7 +45,7 @@ def environment_executor() -> ThreadPoolExecutor:
 @dataclass
 class EpisodeView:
     """What the policy and the library see at one step, and the expert's action there (the manager's
-    ``expert_actions``: only the step's record keeps it, neither the prompt nor retrieval sees it)."""
+    ``recorded_expert_actions``: only the step's record keeps it, neither the prompt nor retrieval sees it)."""
 
     prompt: str  # the observation prompt (task, history, admissible actions)
     anchor_obs: str  # raw observation only: the retrieval query and the step-group key
@@ -163,5 +163,5 @@ class EpisodeSession:
             task=str(info.get("task", "")),
             task_type=info.get("task_type"),
             admissible_actions=obs.admissible[0],
-            expert_action=self._manager.expert_actions([0])[0],
+            expert_action=self._manager.recorded_expert_actions([0])[0],
         )
