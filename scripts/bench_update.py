@@ -29,6 +29,7 @@ import argparse
 import copy
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -51,6 +52,10 @@ def linear_flops_per_position(config) -> float:
 def pass_flops(config, positions: int, logit_columns: int) -> float:
     """Forward FLOPs of a pass over ``positions`` decoder positions with ``logit_columns`` LM-head columns."""
     return linear_flops_per_position(config) * positions + 2.0 * config.hidden_size * config.vocab_size * logit_columns
+
+
+def progress(message: str) -> None:
+    print(f"[bench_update {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def _best_seconds(fn, repeats: int) -> float:
@@ -149,6 +154,21 @@ def decoder_positions(packed, share: bool) -> int:
     return SharedPrefix.of_prompts(packed.prompts()).prefix_tokens() + rows * (packed.responses.shape[1] + 1)
 
 
+def optimizer_step_seconds(trainer, recorded: dict) -> float:
+    """Seconds of one AdamW step over the policy's parameters (random gradients), from the recorded state."""
+    model_state, optim_state = recorded["state"]
+    trainer.policy.model.load_state_dict(model_state)
+    trainer.optimizer.load_state_dict(copy.deepcopy(optim_state))
+    for p in trainer.policy.trainable_parameters():
+        p.grad = torch.randn_like(p)
+    start = time.perf_counter()
+    trainer.optimizer.step()
+    seconds = time.perf_counter() - start
+    trainer.optimizer.zero_grad(set_to_none=True)
+    trainer.policy.model.load_state_dict(model_state)
+    return seconds
+
+
 def forward_backward(trainer, packed, mode: str) -> tuple[float, float]:
     """Seconds of one forward and one backward pass (sum of the response log-probs) over ``packed``."""
     from recipe.forge.engines.local.sequences import response_logits, token_logprobs
@@ -186,7 +206,9 @@ def run(threads: int, seed: int, warm_iterations: int, repeats: int) -> dict:
     trainer = build_trainer(threads, seed)
     config = trainer.policy.model.config
     for iteration in range(warm_iterations):
+        progress(f"warm-up iteration {iteration}")
         trainer.train_iteration(iteration)
+    progress(f"recorded iteration {warm_iterations}")
     metrics, (batch, advantages, *_), recorded = record_iteration(trainer, warm_iterations)
     profile = {k.split("/", 1)[1]: round(v, 2) for k, v in metrics.items() if k.startswith("timing_s/")}
 
@@ -203,6 +225,7 @@ def run(threads: int, seed: int, warm_iterations: int, repeats: int) -> dict:
     for _ in range(repeats):
         for mode in MODES:
             took, update_metrics, weights = replay_update(trainer, recorded, mode)
+            progress(f"update {mode}: {took:.1f} s")
             seconds[mode].append(took)
             results[mode] = (update_metrics, weights)
     start_weights = recorded["state"][0]
@@ -228,12 +251,14 @@ def run(threads: int, seed: int, warm_iterations: int, repeats: int) -> dict:
         row = {"rows": n}
         for mode, (_, share) in MODES.items():
             fwd, bwd = forward_backward(trainer, packed, mode)
+            progress(f"{n} rows {mode}: forward {fwd:.1f} s, backward {bwd:.1f} s")
             row[mode] = {"forward_s": round(fwd, 3), "backward_s": round(bwd, 3),
                          "decoder_positions": decoder_positions(packed, share)}
         plain_total = row["checkpointed_plain"]["forward_s"] + row["checkpointed_plain"]["backward_s"]
         row["shared_speedup"] = round(plain_total / (row["shared"]["forward_s"] + row["shared"]["backward_s"]), 2)
         growth.append(row)
 
+    update["optimizer_step_s"] = round(optimizer_step_seconds(trainer, recorded), 2)
     log_probs, generation = {}, {}
     for mode in ("plain", "shared"):
         set_mode(trainer, mode)

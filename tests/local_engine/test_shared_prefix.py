@@ -216,9 +216,9 @@ def test_gradient_checkpointing_in_training_is_refused_not_run_without_the_promp
     model.gradient_checkpointing_enable()
     model.train()
     packed = packed_rows("template_then_states")
-    with pytest.raises(ValueError, match="share_prompt_prefix=false"):
+    with pytest.raises(ValueError, match="gradient checkpointing drops"):
         response_logits(model, packed, share_prefix=True)
-    with torch.no_grad(), pytest.raises(ValueError, match="share_prompt_prefix=false"):
+    with torch.no_grad(), pytest.raises(ValueError, match="gradient checkpointing drops"):
         response_logits(model, packed, share_prefix=True)  # training mode drops the cache without grad too
     model.eval()  # evaluation keeps its cache: allowed, and equal
     mask = packed.response_mask.unsqueeze(-1)  # padding columns predict nothing
@@ -263,3 +263,19 @@ def test_the_trainer_hands_the_key_to_generation_and_update(compose_cfg, run_ove
     trainer = LocalTrainer(cfg, validate(cfg), Components(policy=copy.deepcopy(taught_policy)))
     assert trainer.generator.share_prompt_prefix is share
     assert trainer.updater.settings.share_prompt_prefix is share
+
+
+# ---------------------------------------------------------------- scripts/bench_update.py's counts
+def test_the_benchmark_counts_positions_and_flops_by_hand(load_script):
+    from transformers import LlamaConfig
+
+    bench = load_script("bench_update.py")
+    smollm2 = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                          num_attention_heads=9, num_key_value_heads=3)
+    # per layer: q, o 576x576; k, v 576x192; gate, up 576x1536; down 1536x576 -> 3,538,944 weights, x 30 x 2
+    assert bench.linear_flops_per_position(smollm2) == 2 * 30 * 3_538_944
+    assert bench.pass_flops(smollm2, 10, 3) == 10 * 2 * 30 * 3_538_944 + 3 * 2 * 576 * 49152
+    packed = pack([[1, 2, 3, 4], [1, 2, 3, 5, 6], [1, 2, 3, 4]], [[7], [8, 9], [7]], PAD)
+    assert bench.decoder_positions(packed, share=False) == 3 * (5 + 2)
+    # common [1 2 3], rests (), (5,) -> 3 + 2 x 1 prefix positions, then 3 tails of 1 + 2
+    assert bench.decoder_positions(packed, share=True) == 3 + 2 + 3 * 3

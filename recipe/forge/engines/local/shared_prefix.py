@@ -95,8 +95,9 @@ def check_cache_kept(model: nn.Module) -> None:
     checkpointing drops in training mode (with or without grad): refuse rather than run the tails without their
     prompts."""
     if model.training and getattr(model, "is_gradient_checkpointing", False):
-        raise ValueError("the shared-prompt-prefix forward needs the KV cache, which gradient checkpointing "
-                         "drops: set trainer.local.share_prompt_prefix=false to use gradient checkpointing")
+        raise ValueError("the shared-prompt-prefix forward needs the KV cache, which gradient checkpointing drops "
+                         "in training mode: run the plain forward (share_prefix=False, which the trainer picks "
+                         "under actor_rollout_ref.model.enable_gradient_checkpointing=true)")
 
 
 def tail_inputs(model: nn.Module, prefix: SharedPrefix, tail_ids: torch.Tensor, tail_mask: torch.Tensor) -> dict:
@@ -119,7 +120,8 @@ def tail_inputs(model: nn.Module, prefix: SharedPrefix, tail_ids: torch.Tensor, 
     decoder = model.get_decoder()
     check_cache_kept(decoder)
     device = tail_ids.device
-    cache, rows_of_cache = None, None  # rows_of_cache: the cache row each of its current rows came from
+    m = prefix.rows
+    cache, row_source = None, torch.zeros(m, dtype=torch.long, device=device)  # the cache row each row reads
     common = prefix.common_ids.to(device)
     if common.shape[1]:
         out = decoder(input_ids=common, attention_mask=torch.ones_like(common),
@@ -133,11 +135,9 @@ def tail_inputs(model: nn.Module, prefix: SharedPrefix, tail_ids: torch.Tensor, 
         positions = a + torch.arange(b, device=device).unsqueeze(0).expand(g, b)
         out = decoder(input_ids=rest_ids, attention_mask=torch.cat([rest_mask.new_ones((g, a)), rest_mask], dim=1),
                       position_ids=positions, past_key_values=cache, use_cache=True)
-        cache, rows_of_cache = out.past_key_values, prefix.rest_of_row.to(device)
-    m = prefix.rows
+        cache, row_source = out.past_key_values, prefix.rest_of_row.to(device)
     if cache is not None:
-        cache.batch_select_indices(rows_of_cache if rows_of_cache is not None
-                                   else torch.zeros(m, dtype=torch.long, device=device))
+        cache.batch_select_indices(row_source)
     cache_mask = torch.cat([rest_mask.new_ones((m, a)), rest_mask[prefix.rest_of_row.to(device)]], dim=1)
     t = tail_ids.shape[1]
     positions = (prefix.prompt_lengths.to(device) - 1).unsqueeze(1) + torch.arange(t, device=device).unsqueeze(0)
