@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from agent_system.multi_turn_rollout.protocols import GenerationOutput, Message, SamplingParams
-from recipe.forge.engines.local.sequences import pack
+from recipe.forge.engines.local.sequences import forward_inputs, pack
 
 
 class HFGenerator:
@@ -30,12 +30,14 @@ class HFGenerator:
         autocast: context-manager factory for the forward passes (bf16 autocast, or none).
         response_prefix: text appended after the generation prompt (e.g. ``"<action>"``); it is part of the
             prompt ids and is prepended to the returned text, so a small model starts in the answer format.
+        share_prompt_prefix: prefill the tokens the batch's prompts share once (sequences.forward_inputs).
     """
 
     def __init__(self, model: nn.Module, tokenizer, batch_size: int = 64, generator: torch.Generator | None = None,
                  autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-                 response_prefix: str = ""):
+                 response_prefix: str = "", share_prompt_prefix: bool = True):
         self.model = model
+        self.share_prompt_prefix = share_prompt_prefix
         self.autocast = autocast
         self.response_prefix = response_prefix
         self.tokenizer = tokenizer
@@ -76,15 +78,11 @@ class HFGenerator:
         self.model.eval()
         device = next(self.model.parameters()).device
         batch = pack(prompts, [[] for _ in prompts], self.pad_id, min_response_length=0).to(device)
-        input_ids, attention, positions = batch.input_ids, batch.attention_mask, batch.position_ids
-
-        from transformers import DynamicCache
-
-        cache = DynamicCache()
-        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                         past_key_values=cache, use_cache=True, logits_to_keep=1)  # the LM head on the last column only
+        prefill = {**forward_inputs(self.model, batch, self.share_prompt_prefix), "use_cache": True}
+        out = self.model(**prefill, logits_to_keep=1)  # the LM head on the last column only
+        cache, attention = out.past_key_values, prefill["attention_mask"]
         logits = out.logits[:, -1, :]
-        next_position = positions[:, -1] + 1
+        next_position = prefill["position_ids"][:, -1] + 1
         alive = torch.arange(bs)  # original row of each row still in the cache
         tokens: list[list[int]] = [[] for _ in range(bs)]
         logps: list[list[float]] = [[] for _ in range(bs)]

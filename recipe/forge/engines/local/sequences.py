@@ -3,6 +3,9 @@
 Layout (verl's): prompts left-padded to P, responses right-padded to R, concatenated to (bs, P + R).
 Position ids count only real tokens, so a left-padded row sees the same positions as an unpadded one.
 The logits that predict response token j sit at column P - 1 + j.
+
+With ``share_prefix`` the forward runs the prompts' shared tokens once (shared_prefix.py) and the model only
+sees each row's tail (last prompt token + response); the outputs equal the plain pass's last R + 1 columns.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from recipe.forge.engines.local.shared_prefix import SharedPrefix, tail_inputs
 
 
 @dataclass
@@ -43,6 +48,12 @@ class PackedSequences:
         return PackedSequences(self.input_ids[rows], self.attention_mask[rows], self.position_ids[rows],
                                self.responses[rows], self.response_mask[rows], self.prompt_length)
 
+    def prompts(self) -> list[list[int]]:
+        """Each row's prompt tokens, without padding."""
+        lengths = self.attention_mask[:, :self.prompt_length].sum(dim=1).tolist()
+        ids = self.input_ids[:, :self.prompt_length].tolist()
+        return [row[self.prompt_length - n:] for row, n in zip(ids, lengths)]
+
 
 def pack(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int,
          min_response_length: int = 1) -> PackedSequences:
@@ -65,12 +76,28 @@ def pack(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], p
     return PackedSequences(input_ids, attention, positions, responses_t, response_mask, p_len)
 
 
-def response_logits(model: nn.Module, packed: PackedSequences) -> torch.Tensor:
-    """Logits predicting each response token: (bs, R, vocab), in the model's dtype."""
+def forward_inputs(model: nn.Module, packed: PackedSequences, share_prefix: bool) -> dict:
+    """Keyword arguments of ``model``'s forward over ``packed`` whose last R + 1 output columns are the last
+    prompt token's and the R response tokens'.
+
+    Plain: the whole (bs, P + R) batch. ``share_prefix``: the prompts' shared tokens run first (through the
+    KV cache, shared_prefix.py) and the arguments cover only the (bs, R + 1) tails on top of that cache."""
+    if not share_prefix:
+        return {"input_ids": packed.input_ids, "attention_mask": packed.attention_mask,
+                "position_ids": packed.position_ids, "use_cache": False}
+    prefix = SharedPrefix.of_prompts(packed.prompts())
+    device = packed.responses.device
+    tail_ids = torch.cat([prefix.last_ids.to(device).unsqueeze(1), packed.responses], dim=1)
+    tail_mask = torch.cat([torch.ones_like(tail_ids[:, :1]), packed.attention_mask[:, packed.prompt_length:]], dim=1)
+    return tail_inputs(model, prefix, tail_ids, tail_mask)
+
+
+def response_logits(model: nn.Module, packed: PackedSequences, share_prefix: bool = False) -> torch.Tensor:
+    """Logits predicting each response token: (bs, R, vocab), in the model's dtype; the same with and
+    without ``share_prefix`` (forward_inputs)."""
     r = packed.responses.shape[1]
     # Only the last R + 1 positions feed the LM head: its vocab-sized matmul is skipped for the prompt.
-    out = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
-                position_ids=packed.position_ids, use_cache=False, logits_to_keep=r + 1)
+    out = model(**forward_inputs(model, packed, share_prefix), logits_to_keep=r + 1)
     return out.logits[:, :r, :]
 
 

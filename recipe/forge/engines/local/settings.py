@@ -33,12 +33,15 @@ class LocalSettings:
     progress: bool = True  # tqdm bars
     response_prefix: str = ""  # prefilled start of every response, e.g. "<action>" (a format aid for tiny models)
     freeze_policy: bool = False  # True: roll out and evolve the library, never update the policy (library alone)
+    share_prompt_prefix: bool = True  # run the prompts' shared tokens once per batch (shared_prefix.py)
 
     def validate(self) -> None:
         check_choice("trainer.local.device", self.device, DEVICES)
         check_choice("trainer.local.compute_dtype", self.compute_dtype, COMPUTE_DTYPES)
         check_int("trainer.local.generation_batch_size", self.generation_batch_size, 1)
         check_int("trainer.local.num_threads", self.num_threads, 0)
+        if not isinstance(self.share_prompt_prefix, bool):
+            raise ConfigError(f"trainer.local.share_prompt_prefix={self.share_prompt_prefix!r} must be true or false")
 
 
 @dataclass
@@ -79,6 +82,13 @@ class EngineSettings:
     experiment_name: str
     seed: int
     local: LocalSettings = field(default_factory=LocalSettings)
+
+    @property
+    def update_shares_prompt_prefix(self) -> bool:
+        """Whether the update's passes share the prompt prefix: ``trainer.local.share_prompt_prefix``, except under
+        gradient checkpointing, which drops the KV cache the shared tokens are handed on through (generation,
+        in evaluation mode, shares them either way)."""
+        return self.local.share_prompt_prefix and not self.gradient_checkpointing
 
     @property
     def mini_batch_rows(self) -> int:

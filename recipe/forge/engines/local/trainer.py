@@ -100,7 +100,8 @@ def loss_settings(s: EngineSettings) -> LossSettings:
         entropy_coeff=a.entropy_coeff, use_kl_loss=a.use_kl_loss, kl_loss_coef=a.kl_loss_coef,
         kl_loss_type=a.kl_loss_type, mini_batch_size=s.mini_batch_rows, micro_batch_size=s.micro_batch_size,
         ppo_epochs=a.ppo_epochs, shuffle=a.shuffle, grad_clip=a.grad_clip, temperature=s.temperature,
-        cliprange_value=s.cliprange_value, policy_loss_extra=extra)
+        cliprange_value=s.cliprange_value, policy_loss_extra=extra,
+        share_prompt_prefix=s.update_shares_prompt_prefix)
 
 
 def seed_everything(seed: int) -> None:
@@ -143,7 +144,8 @@ class LocalTrainer:
         self.shuffle_rng = np.random.default_rng(s.seed)
         self.generator = HFGenerator(self.policy.model, self.tokenizer, s.local.generation_batch_size,
                                      self.sample_rng, autocast=self.autocast,
-                                     response_prefix=s.local.response_prefix)
+                                     response_prefix=s.local.response_prefix,
+                                     share_prompt_prefix=s.local.share_prompt_prefix)
         self.train_envs, self.val_envs = make_envs(cfg)
         self.collector = TrajectoryCollector(dynamic_sampling=s.filter_groups.enable,
                                              max_num_gen_batches=max(0, s.filter_groups.max_num_gen_batches),

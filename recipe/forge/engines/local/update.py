@@ -23,7 +23,8 @@ from torch import nn
 
 from recipe.forge.distillation import distillation_loss
 from recipe.forge.engines.local.batch import StepBatch
-from recipe.forge.engines.local.sequences import PackedSequences, entropy_from_logits, response_logits, token_logprobs
+from recipe.forge.engines.local.sequences import (PackedSequences, entropy_from_logits, forward_inputs, response_logits,
+                                                  token_logprobs)
 
 
 # Losses whose per-token value is the advantage times a function of the ratio: a row with zero advantage
@@ -52,6 +53,7 @@ class LossSettings:
     temperature: float = 1.0
     cliprange_value: float = 0.5
     policy_loss_extra: dict | None = None  # verl PolicyLossConfig fields (clip_cov_ratio, ...)
+    share_prompt_prefix: bool = True  # run a micro-batch's shared prompt tokens once (sequences.forward_inputs)
 
 
 def verl_actor_config(settings: LossSettings):
@@ -101,12 +103,11 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
 
-    def forward(self, packed: PackedSequences) -> torch.Tensor:
+    def forward(self, packed: PackedSequences, share_prefix: bool = False) -> torch.Tensor:
         """Values of the states before each response token: (bs, R) float32."""
-        hidden = self.backbone(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
-                               position_ids=packed.position_ids, use_cache=False).last_hidden_state
-        p, r = packed.prompt_length, packed.responses.shape[1]
-        return self.value_head(hidden[:, p - 1:p - 1 + r, :]).squeeze(-1).float()
+        hidden = self.backbone(**forward_inputs(self.backbone, packed, share_prefix)).last_hidden_state
+        r = packed.responses.shape[1]
+        return self.value_head(hidden[:, -(r + 1):-1, :]).squeeze(-1).float()
 
 
 def _chunks(rows: np.ndarray, size: int) -> list[np.ndarray]:
@@ -247,7 +248,7 @@ class PolicyUpdater:
         for chunk in _chunks(rows, self.settings.micro_batch_size):
             sub = packed.select(torch.as_tensor(chunk)).to(self.device)
             with self.autocast():
-                logits = response_logits(model, sub)
+                logits = response_logits(model, sub, self.settings.share_prompt_prefix)
             outs.append(token_logprobs(logits, sub.responses, self.settings.temperature).cpu())
             if with_sum_pi_squared:
                 probs = torch.softmax(logits.float() / self.settings.temperature, dim=-1)
@@ -261,7 +262,8 @@ class PolicyUpdater:
         outs = []
         for chunk in _chunks(rows, self.settings.micro_batch_size):
             with self.autocast():
-                outs.append(self.critic(packed.select(torch.as_tensor(chunk)).to(self.device)).cpu())
+                outs.append(self.critic(packed.select(torch.as_tensor(chunk)).to(self.device),
+                                        self.settings.share_prompt_prefix).cpu())
         return torch.cat(outs) * packed.response_mask
 
     # ------------------------------------------------------------------ update
@@ -354,7 +356,7 @@ class PolicyUpdater:
         self.actor_config.global_batch_info.clear()
         self.actor_config.global_batch_info.update(norm.agg_kwargs())
         with self.autocast():
-            logits = response_logits(self.model, micro.packed)
+            logits = response_logits(self.model, micro.packed, s.share_prompt_prefix)
         logp = token_logprobs(logits, micro.packed.responses, s.temperature)
         pg_loss, pg_metrics = self.policy_loss_fn(micro.old_log_probs, logp, micro.advantages, mask,
                                                   s.loss_agg_mode, self.actor_config, None)
@@ -384,7 +386,7 @@ class PolicyUpdater:
 
         s = self.settings
         with self.autocast():
-            vpreds = self.critic(micro.packed)
+            vpreds = self.critic(micro.packed, s.share_prompt_prefix)
         vf_loss, vf_clipfrac = compute_value_loss(
             vpreds, micro.returns, micro.old_values, micro.packed.response_mask, s.cliprange_value,
             s.loss_agg_mode, batch_num_tokens=norm.batch_num_tokens, global_batch_size=norm.global_batch_size)
@@ -394,8 +396,9 @@ class PolicyUpdater:
         """Token-mean divergence of the student (plain prompt) from the detached teacher (with experiences)."""
         plain = distill.plain.select(rows).to(self.device)
         with torch.no_grad(), self.autocast():
-            teacher = response_logits(self.model, distill.privileged.select(rows).to(self.device))
+            teacher = response_logits(self.model, distill.privileged.select(rows).to(self.device),
+                                      self.settings.share_prompt_prefix)
         with self.autocast():
-            student = response_logits(self.model, plain)
+            student = response_logits(self.model, plain, self.settings.share_prompt_prefix)
         return distillation_loss(student, teacher, plain.response_mask, distill.divergence,
                                  distill.temperature)
