@@ -16,7 +16,7 @@ from agent_system.multi_turn_rollout.protocols import SamplingParams
 from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
 from agent_system.testing.policies import ExpertGenerator
 
-STATE = re.compile(r"^Dial: (\d) of (\d)\nCode: (\d)\nCurrent: (\d)$")
+STATE = re.compile(r"^Dial: (\d) of (\d)\nTarget: (\d)\nCurrent: (\d)$")
 
 
 def dial_state(obs: str) -> tuple[int, int, int, int]:

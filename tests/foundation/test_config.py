@@ -141,7 +141,7 @@ def test_dial_lock_preset_is_the_main_job_on_the_dial_lock():
     assert differing == ["data.train_batch_size", "env.env_name", "env.max_steps"]
     assert cfg.trainer.experiment_name != load("+experiment=main_job").trainer.experiment_name
     digits = range(lock.max_digit + 1)
-    states = [f"Dial: {d} of {lock.num_dials}\nCode: {c}\nCurrent: {n}"
+    states = [f"Dial: {d} of {lock.num_dials}\nTarget: {c}\nCurrent: {n}"
               for d in range(1, lock.num_dials + 1) for c in digits for n in digits if c != n]
 
     def clusters(forge) -> int:

@@ -1,18 +1,19 @@
-"""DialLockEnv: open a combination lock by turning its dials, one at a time, to their code digits.
+"""DialLockEnv: open a combination lock by turning its dials, one at a time, to their target digits (the code).
 
 The lock has ``num_dials`` dials, each showing a digit 0..``max_digit`` with stops at both ends (no
 wrap-around). The dials are set in order: '+' turns the active dial up by one, '-' down by one, and a dial that
-shows its code digit clicks into place and hands over to the next one. Every dial starts away from its code
-digit, so each needs at least one turn, and a policy that always answers the same action opens only the locks
+shows its target digit clicks into place and hands over to the next one. Every dial starts away from its target,
+so each needs at least one turn, and a policy that always answers the same action opens only the locks
 whose dials all turn that way.
 
 Rewards (NumberLine's): +1 when the last dial clicks into place (the lock opens, the episode ends), -1 for a
-turn that does not bring the active dial closer to its code digit (the wrong way, against a stop, an unknown
+turn that does not bring the active dial closer to its target (the wrong way, against a stop, an unknown
 action), 0 otherwise. The step limit is the manager's (``env.max_steps``).
 
-The observation shows the active dial alone (its number, code digit and current digit): the same dial state
-recurs across tasks whatever the other dials show, and the expert's turn, towards the code digit, is the only
-shortest move.
+The observation shows the active dial alone (its number, target digit and current digit): the same dial state
+recurs across tasks whatever the other dials show, and the expert's turn, towards the target, is the only
+shortest move. The wording of the task and the observation is the one of several under which SmolLM2-135M
+most often answers in the format (docs/results.md, "Choosing the second benchmark").
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ class DialLockEnv(AgentEnv):
             raise ValueError(f"num_dials={num_dials} and max_digit={max_digit} must both be >= 1")
         self.num_dials = num_dials
         self.max_digit = max_digit
-        self.task = (f"Open the lock by setting each dial to its code digit, one dial at a time: '+' turns the dial "
-                     f"up by 1, '-' turns it down by 1 (digits 0 to {max_digit}).")
+        self.task = (f"Open the lock: set each dial to its target digit (0 to {max_digit}), one dial at a time. "
+                     f"'+' turns the dial up by 1, '-' turns it down by 1.")
         self.code: list[int] = []
         self.digits: list[int] = []
         self.active = 0
@@ -81,7 +82,7 @@ class DialLockEnv(AgentEnv):
         if self.opened:
             return "The lock is open."
         dial = self.active
-        return f"Dial: {dial + 1} of {self.num_dials}\nCode: {self.code[dial]}\nCurrent: {self.digits[dial]}"
+        return f"Dial: {dial + 1} of {self.num_dials}\nTarget: {self.code[dial]}\nCurrent: {self.digits[dial]}"
 
     def _info(self) -> dict[str, Any]:
         return {"won": self.opened, "task": self.task, "task_type": None, "admissible_actions": list(ACTIONS)}
