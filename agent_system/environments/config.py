@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from agent_system.config_checks import ConfigError, check_choice, check_int, check_range
+from agent_system.environments.env_package.dial_lock.config import DialLockConfig
 
 
 @dataclass
@@ -101,6 +102,7 @@ class EnvConfig:
     webshop: WebshopConfig = field(default_factory=WebshopConfig)
     textworld: TextworldConfig = field(default_factory=TextworldConfig)
     appworld: AppworldConfig = field(default_factory=AppworldConfig)
+    dial_lock: DialLockConfig = field(default_factory=DialLockConfig)
 
     def validate(self, known_env_names: list[str]) -> None:
         check_choice("env.env_name", self.env_name, known_env_names)

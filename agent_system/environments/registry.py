@@ -21,6 +21,7 @@ _MANAGERS: dict[str, str] = {
     "webshop": "agent_system.environments.env_package.webshop.manager:WebshopEnvironmentManager",
     "textworld": "agent_system.environments.env_package.textworld.manager:TextworldEnvironmentManager",
     "appworld": "agent_system.environments.env_package.appworld.manager:AppworldEnvironmentManager",
+    "dial_lock": "agent_system.environments.env_package.dial_lock.manager:DialLockManager",
 }
 
 

@@ -108,3 +108,45 @@ def test_main_job_preset_is_valid_and_keeps_numberline_states_apart():
     assert (base.algorithm.forge.injection, base.algorithm.forge.lesson_style) == ("system", "descriptive")
     assert clusters(base.algorithm.forge) < 12  # the paper's 0.85 merges states one character apart
     assert preset.algorithm.forge.novelty_threshold == 1.0  # lessons merge only when identical
+
+
+def flat(cfg) -> dict:
+    """Every leaf of a composed config, resolved, as {dotted key: value}."""
+    from omegaconf import OmegaConf
+
+    def walk(node, prefix):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                yield from walk(value, f"{prefix}{key}.")
+        else:
+            yield prefix[:-1], node
+
+    return dict(walk(OmegaConf.to_container(cfg, resolve=True), ""))
+
+
+def test_dial_lock_preset_is_the_main_job_on_the_dial_lock():
+    from agent_system.environments.registry import get_env_manager_class
+    from recipe.forge.experience.index import ObservationIndex
+
+    cfg = load("+experiment=dial_lock_job")
+    preset = validate_config(cfg)
+    lock = preset.env.dial_lock
+    assert preset.env.env_name == "dial_lock" and (lock.num_dials, lock.max_digit) == (2, 4)
+    assert lock.num_dials * lock.max_digit <= preset.env.max_steps  # the longest expert episode fits
+    assert get_env_manager_class("dial_lock").resolve_max_steps(preset.env) == preset.env.max_steps
+    # model, engine, update, validation and every lesson setting are the main job's: under the same run name
+    # (which names the paths), only the environment and the batch differ
+    main = flat(load("+experiment=main_job", f"trainer.experiment_name={cfg.trainer.experiment_name}"))
+    differing = sorted(key for key, value in flat(cfg).items() if main.get(key) != value)
+    assert differing == ["data.train_batch_size", "env.env_name", "env.max_steps"]
+    assert cfg.trainer.experiment_name != load("+experiment=main_job").trainer.experiment_name
+    digits = range(lock.max_digit + 1)
+    states = [f"Dial: {d} of {lock.num_dials}\nTarget: {c}\nCurrent: {n}"
+              for d in range(1, lock.num_dials + 1) for c in digits for n in digits if c != n]
+
+    def clusters(forge) -> int:
+        index = ObservationIndex(forge.obs_similarity_threshold, exact=not forge.enable_clustering)
+        return len(set(index.assign_batch(states, iteration=0)))
+
+    assert len(states) == 40 and clusters(preset.algorithm.forge) == 40  # one cluster per state: lessons stay apart
+    assert clusters(validate_config(load()).algorithm.forge) < 40  # the paper's 0.85 merges states
