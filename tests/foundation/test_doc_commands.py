@@ -79,7 +79,7 @@ def run_folder(tmp_path_factory):
         cfg = compose("forge_trainer", overrides=["+experiment=main_job", "algorithm.forge.warmup_iterations=0",
                                                   "algorithm.forge.min_library_size=0"])
     train_envs, _ = make_envs(cfg)
-    system = ExperienceSystem.from_config(validate(cfg).algorithm.forge)
+    system = ExperienceSystem.from_algorithm(validate(cfg).algorithm)
     generator = RandomGenerator(train_envs, seed=0)
     for iteration in range(3):
         system.begin_iteration(iteration)

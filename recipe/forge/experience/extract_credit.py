@@ -176,6 +176,5 @@ def step_credit(base: Extractor, lesson_style: str, gamma: float | None,
         raise ValueError(
             "algorithm.forge.lesson_credit='step' compares actions by their discounted step returns, which need "
             "the algorithm section's gamma and invalid_action_penalty_coef: build the system with "
-            "ExperienceSystem.from_config(algorithm.forge, gamma=algorithm.gamma, "
-            "invalid_action_penalty_coef=algorithm.invalid_action_penalty_coef)")
+            "ExperienceSystem.from_algorithm(algorithm) (or pass gamma= and invalid_action_penalty_coef=)")
     return CreditExtractor(base, lesson_style, gamma, invalid_action_penalty_coef)
