@@ -247,8 +247,13 @@ def test_trainer_iteration_hooks_evolve_publish_and_checkpoint_the_library(verl_
     assert evolved_from and all(r["cluster_id"] >= 0 for r in evolved_from)  # this step's rows, the driver's clusters
     logged = trainer._pending_sync_metrics
     assert logged["forge/library_version"] == 1.0 and "forge/reward_mean" in logged
-    quality = ("forge/lesson_precision", "forge/lessons_checkable", "forge/lesson_conflict", "forge/library_precision")
+    quality = ("forge/lessons_checkable", "forge/lesson_conflict")
     assert set(quality) <= set(logged) and all(0.0 <= logged[k] <= 1.0 for k in quality)
+    # a precision is logged only with checkable lessons behind it (none is a missing figure, not a 0)
+    assert ("forge/lesson_precision" in logged) == (logged["forge/lessons_checkable"] > 0)
+    checkable = [e for e in trainer.library.system.library.all_entries() if e.advice and e.advice.expert]
+    assert ("forge/library_precision" in logged) == bool(checkable)
+    assert 0.0 <= logged.get("forge/library_precision", 0.0) <= 1.0
     assert "forge_library" in trainer.timing_raw
     assert (tmp_path / "global_step_1" / "forge_library").exists()
     trainer.library.begin_iteration(1)  # next iteration: a fresh driver resumes the saved library
