@@ -39,6 +39,8 @@ from pathlib import Path
 
 import torch
 
+from agent_system.testing.policies import CountingGenerator, tagged
+
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "recipe" / "forge" / "config"
 
 
@@ -91,20 +93,15 @@ def episode_summary(batch, recurrence_tasks: int) -> dict:
             "recurrence": recurrence_share(trajectories, recurrence_tasks), "steps": len(batch.steps)}
 
 
-def constant_generator_class():
-    from agent_system.testing.policies import CountingGenerator, tagged
+class ConstantGenerator(CountingGenerator):
+    """Answers ``action`` at every step, well formed."""
 
-    class ConstantGenerator(CountingGenerator):
-        """Answers ``action`` at every step, well formed."""
+    def __init__(self, action: str):
+        super().__init__()
+        self.action = action
 
-        def __init__(self, action: str):
-            super().__init__()
-            self.action = action
-
-        def respond(self, messages):
-            return [tagged(self.action, think=None)] * len(messages)
-
-    return ConstantGenerator
+    def respond(self, messages):
+        return [tagged(self.action, think=None)] * len(messages)
 
 
 def scripted_measurements(collector, envs, recurrence_tasks: int) -> dict:
@@ -119,7 +116,7 @@ def scripted_measurements(collector, envs, recurrence_tasks: int) -> dict:
     actions = list(dict.fromkeys(a for info in infos for a in info.get("admissible_actions") or []))
     constant = {}
     for action in actions:
-        batch = collector.collect(envs, constant_generator_class()(action), sampling, dynamic_sampling=False)
+        batch = collector.collect(envs, ConstantGenerator(action), sampling, dynamic_sampling=False)
         constant[action] = sum(t.success for t in batch.trajectories) / len(batch.trajectories)
     best = max(constant, key=constant.get) if constant else None
     return {"expert": expert, "constant": {"best_action": best, "best_success": constant.get(best, 0.0),

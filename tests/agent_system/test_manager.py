@@ -15,7 +15,8 @@ from agent_system.environments.env_package.sokoban.manager import SokobanEnviron
 from agent_system.environments.registry import get_env_manager_class
 from agent_system.testing.faulty_env import FaultyEnvironmentManager
 
-ALL_BUILTIN = ["sokoban", "gym_cards/NumberLine-v0", "gym_cards/EZPoints-v0", "gym_cards/Points24-v0", "gym_cards/Blackjack-v0"]
+ALL_BUILTIN = ["sokoban", "gym_cards/NumberLine-v0", "gym_cards/EZPoints-v0", "gym_cards/Points24-v0", "gym_cards/Blackjack-v0",
+               "dial_lock"]
 
 
 @pytest.mark.parametrize("env_name", ALL_BUILTIN)

@@ -13,6 +13,7 @@ STANDARD = {
     "gym_cards/NumberLine-v0": 10,
     "gym_cards/EZPoints-v0": 8,
     "gym_cards/Blackjack-v0": 15,
+    "dial_lock": 16,  # 2 x 2 dials x 4 turns
 }
 
 
