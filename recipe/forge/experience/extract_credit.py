@@ -37,13 +37,13 @@ expert: that step's ``expert_action``).
 
 The other levels (principle, method, mistake) still come from the ``base`` extractor's outcome-based
 extraction of the selected successes and failures; its own example, pattern and diagnostic are dropped. The
-golden wording is the rule extractor's own example (:meth:`RuleExtractor.golden` on the best step), the warning
+golden wording is the rule extractor's own example (:func:`extract_rule.example_lesson` of the best step), the warning
 follows its diagnostic in ``lesson_style``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -51,8 +51,9 @@ import numpy as np
 from agent_system.config_checks import check_range
 from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
 from recipe.forge.experience.evolution import Extractor
-from recipe.forge.experience.extract_rule import RuleExtractor, answer_form, one_line, shorten
-from recipe.forge.experience.library import GOLDEN, WARNING, Advice, Candidate
+from recipe.forge.experience.extract_rule import advice_at, answer_form, example_lesson, one_line, shorten
+from recipe.forge.experience.library import GOLDEN, WARNING, Candidate
+from recipe.forge.experience.render import check_lesson_style
 from recipe.forge.step_samples import StepSamples, step_returns
 
 STATE_LEVELS = ("example", "pattern", "diagnostic")  # the levels that say what to do at one state
@@ -78,7 +79,7 @@ class CreditExtractor:
         check_range("algorithm.gamma", gamma, 0.0, 1.0)
         check_range("algorithm.invalid_action_penalty_coef", invalid_action_penalty_coef, 0.0)
         self.base = base
-        self.wording = RuleExtractor(lesson_style)
+        self.imperative = check_lesson_style(lesson_style) == "imperative"
         self.gamma = float(gamma)
         self.penalty_coef = float(invalid_action_penalty_coef)
         self.stats = base.stats
@@ -130,25 +131,24 @@ class CreditExtractor:
         source = best.steps[0]
         traj = episodes[source.traj_uid]
         clusters = [source.cluster_id] if source.cluster_id is not None else []
-        alone = TrajectoryRecord(uid=traj.uid, traj_uid=traj.traj_uid, task=traj.task, task_type=traj.task_type,
-                                 steps=[source], episode_reward=traj.episode_reward, success=traj.success, length=1)
-        example = next(c for c in self.wording.golden(alone) if c.level == "example")
-        out = [replace(example, score=best.mean_return - runner_up.mean_return, cluster_ids=list(clusters),
-                       support=sum(len(c.steps) for c in credits),
-                       advice=Advice(source.anchor_obs, (best.action,), (), source.expert_action))]
+        out = [Candidate(
+            text=example_lesson(source, source.action, None, self.imperative), zone=GOLDEN, level="example",
+            score=best.mean_return - runner_up.mean_return, task=traj.task, task_type=traj.task_type,
+            key=source.anchor_obs, cluster_ids=list(clusters), support=sum(len(c.steps) for c in credits),
+            advice=advice_at(source, do=(best.action,)))]
         for worse in credits[1:]:
             out.append(Candidate(
                 text=self._warning(source, worse.action), zone=WARNING, level="diagnostic",
                 score=best.mean_return - worse.mean_return, task=traj.task, task_type=traj.task_type,
                 key=source.anchor_obs, cluster_ids=list(clusters), support=len(best.steps) + len(worse.steps),
-                advice=Advice(source.anchor_obs, (best.action,), (worse.action,), source.expert_action)))
+                advice=advice_at(source, do=(best.action,), avoid=(worse.action,))))
         return out
 
     def _warning(self, source: StepRecord, worse: str) -> str:
         """At the state of ``source`` (which took the best action), take it instead of ``worse``: the rule
         extractor's diagnostic wording in its lesson style, with the step comparison as the reason."""
         state, quoted = shorten(source.anchor_obs), shorten(worse, 80)
-        if self.wording.imperative:
+        if self.imperative:
             return (f"At \"{state}\", answer with {answer_form(source)} instead of \"{quoted}\", which led to a "
                     "lower return from this state in the same task.")
         return (f"At \"{state}\", the action \"{quoted}\" led to a lower return than \"{shorten(source.action, 80)}\" "
