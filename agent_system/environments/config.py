@@ -21,7 +21,7 @@ class RolloutGroupConfig:
 @dataclass
 class ResourcesConfig:
     num_workers: int = 0  # worker processes for heavy environments; 0 = min(batch, cpu count)
-    num_cpus: float = 0.1  # Ray CPUs per environment worker (distributed engine)
+    num_cpus: Optional[float] = None  # refused when set: environment workers are OS processes, not Ray actors
     step_timeout_s: float = 120.0  # a worker step taking longer is treated as hung: restarted, episode failed
 
 
@@ -114,7 +114,12 @@ class EnvConfig:
         check_int("env.rollout.n", self.rollout.n, 1)
         check_int("env.val_seed_offset", self.val_seed_offset, 1)
         check_int("env.resources_per_worker.num_workers", self.resources_per_worker.num_workers, 0)
-        check_range("env.resources_per_worker.num_cpus", self.resources_per_worker.num_cpus, 0, low_inclusive=False)
+        if self.resources_per_worker.num_cpus is not None:
+            raise ConfigError(
+                f"env.resources_per_worker.num_cpus={self.resources_per_worker.num_cpus!r}: nothing here reads it. "
+                "Environment workers are OS processes inside each agent-loop worker (or the trainer), not Ray actors "
+                "with resources of their own; size them with env.resources_per_worker.num_workers and, on the "
+                "distributed engine, actor_rollout_ref.rollout.agent.num_workers. Remove the override.")
         check_range("env.resources_per_worker.step_timeout_s", self.resources_per_worker.step_timeout_s, 0, low_inclusive=False)
         room = list(self.sokoban.dim_room)
         if len(room) != 2 or any(isinstance(d, bool) or not isinstance(d, int) or d < 4 for d in room):

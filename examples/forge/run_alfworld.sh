@@ -18,7 +18,6 @@ python3 -m recipe.forge.main_forge \
     algorithm.forge.top_k_golden=2 \
     algorithm.forge.top_k_warning=1 \
     algorithm.forge.checkpoint_dir=checkpoints/slea_rl/forge_alfworld/library \
-    env.resources_per_worker.num_cpus=0.1 \
     actor_rollout_ref.actor.fsdp_config.param_offload=False \
     actor_rollout_ref.actor.fsdp_config.optimizer_offload=False \
     trainer.experiment_name=forge_alfworld_qwen2.5_1.5b \

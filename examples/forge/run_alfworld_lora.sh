@@ -19,7 +19,6 @@ python3 -m recipe.forge.main_forge \
     algorithm.forge.top_k_golden=2 \
     algorithm.forge.top_k_warning=1 \
     algorithm.forge.checkpoint_dir=checkpoints/slea_rl/forge_alfworld_lora/library \
-    env.resources_per_worker.num_cpus=0.1 \
     actor_rollout_ref.model.lora_rank=64 \
     actor_rollout_ref.model.lora_alpha=32 \
     actor_rollout_ref.model.target_modules=all-linear \
