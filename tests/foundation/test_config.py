@@ -71,6 +71,8 @@ FAULTS = [
     ("algorithm.forge.distill_temperature=0", ["algorithm.forge.distill_temperature", "0"]),
     ("algorithm.forge.injection=assistant", ["algorithm.forge.injection", "'assistant'", "user_suffix"]),
     ("algorithm.forge.lesson_style=bossy", ["algorithm.forge.lesson_style", "'bossy'", "imperative"]),
+    # verl-agent's key: nothing here reads it (environment workers are OS processes, not Ray actors)
+    ("env.resources_per_worker.num_cpus=0.1", ["env.resources_per_worker.num_cpus", "0.1", "not Ray actors"]),
 ]
 
 
@@ -95,7 +97,9 @@ def test_main_job_preset_is_valid_and_keeps_numberline_states_apart():
     preset = validate_config(load("+experiment=main_job"))
     base = validate_config(load())
     assert preset.env.env_name == "gym_cards/NumberLine-v0"
-    assert preset.algorithm.forge.min_library_size == base.algorithm.forge.min_library_size == 10  # the paper's gate
+    assert base.algorithm.forge.min_library_size == 10  # the paper's gate
+    # the preset's step-credited libraries are small because precise: only the warm-up holds them back
+    assert (preset.algorithm.forge.min_library_size, preset.algorithm.forge.lesson_credit) == (0, "step")
     states = [f"Target: {t}\nCurrent: {c}" for t in range(4) for c in range(4) if t != c]
 
     def clusters(forge) -> int:
