@@ -22,7 +22,9 @@ without a library). The output file holds, per method and seed::
 logged ``forge/lesson_precision``; null where no lesson could be checked). ``--summary`` writes the means,
 standard errors and the paired comparisons of ``forge`` with every other method (per-seed differences: mean,
 standard error, and whether it exceeds two standard errors), and where SLEA-RL falls between the floor
-(``gigpo``) and the ceiling (``oracle``). A run that fails stops the sweep with its log's tail. Example:
+(``gigpo``) and the ceiling (``oracle``). A run that fails stops the sweep with its log's tail. With ``--reuse``,
+a run folder that already holds a validated run of the same command keeps its figures: an interrupted sweep
+resumes where it stopped. Example:
 
     .venv/bin/python scripts/seed_sweep.py --methods forge gigpo grpo oracle --seeds 0 1 2 3 4 --iterations 12 \
         --val-tasks 16 --parallel 2 --out docs/results/seeds_numberline.json
@@ -95,6 +97,13 @@ def run_one(method: str, seed: int, args: argparse.Namespace, extra: list[str]) 
     run_dir.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "recipe.forge.main_forge",
                *run_overrides(method, seed, args.iterations, args.val_tasks, run_dir, args.preset), *extra]
+    record = run_dir / "sweep_command.json"
+    if args.reuse and record.exists() and json.loads(record.read_text()) == command[1:]:
+        try:
+            return final_figures(run_dir / "metrics.jsonl")
+        except (OSError, ValueError):
+            pass  # interrupted before its validation: run it again
+    record.write_text(json.dumps(command[1:]) + "\n")
     log = run_dir / "sweep.log"
     with log.open("w") as out:
         done = subprocess.run(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
@@ -187,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs-dir", type=Path, default=REPO / "runs" / "seed_sweep")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "results" / "main_job_seeds.json")
     parser.add_argument("--summary", type=Path, default=None, help="also write summarise()'s JSON here")
+    parser.add_argument("--reuse", action="store_true",
+                        help="keep the figures of a run whose folder already holds a validated run of the same "
+                             "command (an interrupted sweep resumes; a changed override reruns)")
     args = parser.parse_args(argv)
     jobs = [(m, s) for s in args.seeds for m in args.methods]  # a seed's methods run side by side
     with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:

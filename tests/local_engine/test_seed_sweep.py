@@ -38,11 +38,21 @@ def test_one_iteration_sweep_with_a_tiny_model_writes_the_issue_format(sweep, tm
     tiny_llama(tokenizer).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     out = tmp_path / "seeds.json"
-    code = sweep.main(["--estimators", "forge", "--seeds", "3", "--iterations", "1", "--val-tasks", "1",
-                       "--runs-dir", str(tmp_path / "runs"), "--out", str(out), "--",
-                       f"actor_rollout_ref.model.path={model_dir}", "env.max_steps=2", "env.rollout.n=2",
-                       "data.train_batch_size=1", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"])
+    args = ["--estimators", "forge", "--seeds", "3", "--iterations", "1", "--val-tasks", "1",
+            "--runs-dir", str(tmp_path / "runs"), "--out", str(out), "--",
+            f"actor_rollout_ref.model.path={model_dir}", "env.max_steps=2", "env.rollout.n=2",
+            "data.train_batch_size=1", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"]
+    code = sweep.main(args)
     assert code == 0
+    metrics_file = tmp_path / "runs" / "forge_seed3" / "metrics.jsonl"
+    first_run = metrics_file.read_text()
+    # --reuse keeps a validated run of the same command (the file is not rewritten: a sentinel line survives) ...
+    metrics_file.write_text(first_run + "\n")
+    assert sweep.main(["--reuse", *args]) == 0 and metrics_file.read_text() == first_run + "\n"
+    # ... and reruns one whose command changed
+    changed = [*args[:-1], "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"]
+    assert sweep.main(["--reuse", *changed]) == 0
+    assert metrics_file.read_text() != first_run + "\n"
     result = json.loads(out.read_text())
     assert set(result) == {"forge"} and set(result["forge"]) == {"3"}
     figures = result["forge"]["3"]
