@@ -115,6 +115,10 @@ def test_loggers_map_to_verl_tracking_backends(run_config_factory, tmp_path):
     [
         (["algorithm.forge.use_distillation=true"], "divergence_type='jsd'"),
         (["algorithm.forge.extractor=llm", "trainer.device=cpu"], "algorithm.forge.extractor=llm"),
+        (["algorithm.rollout_correction.bypass_mode=true", "actor_rollout_ref.rollout.calculate_log_probs=false"],
+         "bypass_mode=True needs the rollout servers' log-probs"),
+        (["algorithm.rollout_correction.rollout_is=token", "actor_rollout_ref.rollout.calculate_log_probs=false"],
+         "rollout_is='token'"),
     ],
 )
 def test_run_verl_refuses_what_the_engine_cannot_honour_before_ray_starts(run_config_factory, tmp_path, overrides, key):
@@ -249,3 +253,18 @@ def test_provider_counters_come_from_the_workers_steps():
     stats = RetrievalStats.from_rows([("1", "2"), (), ("3",), ()], [False, False, True, False])
     assert (stats.queries, stats.hits, stats.injected, stats.fallbacks) == (4, 2, 3, 1)
     assert stats.as_metrics()["forge/provider_hit_rate"] == 0.5
+
+
+def test_rollout_correction_runs_only_where_verl_runs_it(run_config_factory):
+    """verl's rule: a correction section, not in bypass mode, and rollout log-probs on the rows (the trainer's
+    step-level path and the student rows follow it; without log-probs nothing asks for the missing field)."""
+    from recipe.forge.engines.verl.rollout_logprobs import has_rollout_log_probs, rollout_correction_runs
+
+    def cfg(*overrides):
+        return run_config_factory(["trainer.engine=verl", *overrides])
+
+    assert has_rollout_log_probs(cfg()) and rollout_correction_runs(cfg())  # verl's defaults: metrics only
+    assert not rollout_correction_runs(cfg("actor_rollout_ref.rollout.calculate_log_probs=false"))
+    assert not has_rollout_log_probs(cfg("actor_rollout_ref.rollout.calculate_log_probs=false"))
+    assert not rollout_correction_runs(cfg("algorithm.rollout_correction.bypass_mode=true"))
+    assert not rollout_correction_runs(cfg("algorithm.rollout_correction=null"))

@@ -114,8 +114,10 @@ def check_verl_engine_config(cfg: DictConfig) -> None:
     """What this engine cannot honour, refused before Ray starts (each error names the key)."""
     from agent_system.environments.config import env_config_from_mapping
     from recipe.forge.engines.verl.distill import check_distillation_config
+    from recipe.forge.engines.verl.rollout_logprobs import check_rollout_log_probs
 
     validated = validate_config(cfg)
+    check_rollout_log_probs(cfg)
     check_distillation_config(validated.algorithm, env_config_from_mapping(OmegaConf.to_container(cfg.env, resolve=True)))
     if str(cfg.algorithm.forge.extractor) == "llm" and resolve_device(cfg) == "cpu":
         raise ConfigError(

@@ -41,6 +41,7 @@ from recipe.forge.engines.local.rollout_dump import decoded_prompt, rollout_dump
 from recipe.forge.engines.verl import step_batch
 from recipe.forge.engines.verl.distill import check_distillation_config, distillation_advantage
 from recipe.forge.engines.verl.library_driver import LibraryDriver, RolloutServerLLM
+from recipe.forge.engines.verl.rollout_logprobs import has_rollout_log_probs, rollout_correction_runs
 from recipe.forge.engines.verl.validation_dump import ValidationRowTap, fetch_rows, write_validation
 from recipe.forge.step_samples import (STEP_ESTIMATORS, StepSamples, samples_advantage, section_value, step_returns,
                                        token_level_scores)
@@ -245,7 +246,7 @@ class ForgeTrainer(PPOTrainerSync):
 
     def _log_rollout_actor_gap(self, batch: KVBatchMeta, rows: BatchRows, metrics: dict) -> None:
         """forge/rollout_actor_logprob_diff_max: the rollout server's and the actor's log-probs of the same tokens."""
-        if not self.config.actor_rollout_ref.rollout.calculate_log_probs:
+        if not has_rollout_log_probs(self.config):
             return
         keys = [batch.keys[i] for i in np.flatnonzero(rows.real)]
         data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id,
@@ -257,9 +258,9 @@ class ForgeTrainer(PPOTrainerSync):
     def _apply_rollout_correction(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         """verl's rollout correction (IS weights, rejection mask, rollout_corr/* metrics) for the step-level
         estimators, whose advantages do not go through verl's own advantage step; same conditions as verl's."""
-        config = self.config.algorithm.get("rollout_correction", None)
-        if config is None or config.get("bypass_mode", False):
+        if not rollout_correction_runs(self.config):
             return batch
+        config = self.config.algorithm.rollout_correction
         names = ["old_log_probs", "rollout_log_probs", "response_mask"]
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=names)
         nested_mask = data["response_mask"]
@@ -315,8 +316,9 @@ class ForgeTrainer(PPOTrainerSync):
         self.actor_rollout_wg.compute_log_prob(meta)
         out = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=["log_probs", "entropy", "response_mask"])
         old = response_from_nested(out.pop("log_probs"), out["response_mask"])
-        fields = {"old_log_probs": old, "rollout_log_probs": old.clone(),
-                  "entropy": response_from_nested(out.pop("entropy"), out["response_mask"])}
+        fields = {"old_log_probs": old, "entropy": response_from_nested(out.pop("entropy"), out["response_mask"])}
+        if has_rollout_log_probs(self.config):  # the step rows carry them: the student rows too, the same as old
+            fields["rollout_log_probs"] = old.clone()
         tq.kv_batch_put(keys=meta.keys, partition_id=meta.partition_id, fields=TensorDict(fields, batch_size=len(meta)))
         return KVBatchMeta(partition_id=batch.partition_id, keys=list(batch.keys) + list(meta.keys),
                            tags=list(batch.tags) + list(meta.tags), extra_info=dict(batch.extra_info))
