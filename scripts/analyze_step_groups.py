@@ -1,0 +1,107 @@
+"""What the step part of the advantage rewards while a policy is still learning its answer format.
+
+Reads the training rollouts (``trainer.rollout_data_dir``, one JSONL file per iteration) of the runs under
+``--runs-dir`` and rebuilds every step's group and discounted step return with the engines' own functions
+(:func:`recipe.forge.step_samples.step_returns`: ``algorithm.gamma``, invalid-action penalty after discounting).
+A step group is GiGPO's: the steps of one task group at one observation (``forge`` with exact clusters groups
+the same steps). The step part of the advantage (``mean_norm``) is a step's return minus its group's mean.
+
+An invalid answer leaves the state as it was, so one episode meets the same observation at several turns, and
+a later visit has fewer steps left to lose: its return is higher whatever was answered. Per run, over the
+iterations whose valid-action ratio is below ``--below`` (the format-learning phase), the script reports:
+
+* ``mixed_turn_share``: the share of steps whose group holds steps of more than one turn;
+* ``valid_gain``: the mean step advantage of valid answers minus that of invalid ones (what a format signal is);
+* ``invalid_by_turn``: in groups of invalid answers only, the mean step advantage per turn (what the timing
+  signal is: pure noise with respect to the answer).
+
+Usage: python scripts/analyze_step_groups.py --runs-dir runs/seeds_numberline [--gamma 0.95] [--penalty 0.1]
+       [--below 0.5] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from recipe.forge.step_samples import StepSamples, step_returns  # noqa: E402
+
+
+def samples_of(rows: list[dict]) -> StepSamples:
+    """The StepSamples of one iteration's dumped training steps (the task group is the traj_uid up to ``-copy``)."""
+    fields = [{"traj_uid": r["traj_uid"], "step_index": r["turn"], "step_reward": r["score"],
+               "is_action_valid": r["valid"], "anchor_obs": r["observation"], "cluster_id": r.get("cluster_id"),
+               "episode_return": r["episode_reward"], "success": r["success"]} for r in rows]
+    return StepSamples.from_rows(fields, [r["traj_uid"].rsplit("-copy", 1)[0] for r in rows])
+
+
+def step_advantages(samples: StepSamples, returns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n,) return minus its step group's mean, and (n,) whether the group holds more than one turn."""
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i, key in enumerate(zip(samples.uid, samples.anchor_obs)):
+        groups[key].append(i)
+    advantage, mixed = np.zeros(len(returns)), np.zeros(len(returns), dtype=bool)
+    for members in groups.values():
+        advantage[members] = returns[members] - returns[members].mean()
+        mixed[members] = len(set(samples.step_index[members].tolist())) > 1
+    return advantage, mixed
+
+
+def analyse_run(run: Path, gamma: float, penalty: float, below: float) -> dict | None:
+    steps = mixed_total = 0
+    valid_adv, invalid_adv, by_turn = [], [], defaultdict(list)
+    for path in sorted((run / "rollouts").glob("*.jsonl"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1):
+        if not path.stem.isdigit():
+            continue
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if not rows or np.mean([r["valid"] for r in rows]) >= below:
+            continue
+        samples = samples_of(rows)
+        advantage, mixed = step_advantages(samples, step_returns(samples, gamma, penalty))
+        steps, mixed_total = steps + len(rows), mixed_total + int(mixed.sum())
+        valid = samples.is_action_valid
+        valid_adv += advantage[valid].tolist()
+        invalid_adv += advantage[~valid].tolist()
+        all_invalid = {key for key in zip(samples.uid, samples.anchor_obs)} - {
+            key for key, v in zip(zip(samples.uid, samples.anchor_obs), valid) if v}
+        for i, key in enumerate(zip(samples.uid, samples.anchor_obs)):
+            if key in all_invalid and mixed[i]:
+                by_turn[int(samples.step_index[i])].append(advantage[i])
+    if not steps:
+        return None
+    return {"steps": steps, "mixed_turn_share": mixed_total / steps,
+            "valid_gain": (float(np.mean(valid_adv)) - float(np.mean(invalid_adv))) if valid_adv and invalid_adv else None,
+            "invalid_by_turn": {turn: float(np.mean(v)) for turn, v in sorted(by_turn.items())}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs-dir", type=Path, required=True)
+    parser.add_argument("--gamma", type=float, default=0.95)
+    parser.add_argument("--penalty", type=float, default=0.1)
+    parser.add_argument("--below", type=float, default=0.5, help="iterations with a valid-action ratio below this")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    out = {}
+    for run in sorted(p for p in args.runs_dir.iterdir() if (p / "rollouts").is_dir()):
+        result = analyse_run(run, args.gamma, args.penalty, args.below)
+        if result is not None:
+            out[run.name] = result
+            turns = ", ".join(f"t{t} {a:+.2f}" for t, a in result["invalid_by_turn"].items())
+            gain = "-" if result["valid_gain"] is None else f"{result['valid_gain']:+.2f}"
+            print(f"{run.name:>16}: {result['steps']:4d} steps, mixed-turn groups {result['mixed_turn_share']:.2f}, "
+                  f"valid - invalid {gain}, invalid-only groups by turn: {turns}")
+    if args.json is not None:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
