@@ -7,7 +7,6 @@ and reads verl's metrics file. Prints a table, or one JSON line with ``--json``:
 
   iterations, estimator, grad_norm (last iteration), grad_norms and advantage_abs_max (per iteration: an
   iteration whose advantages are all zero has no gradient), experiences_per_step (mean over iteration 2),
-  groups_equal_clusters (every row's step group was the cluster that drove its retrieval, every iteration),
   rollout_actor_logprob_diff_max (max |rollout server log-prob - actor log-prob| over the same tokens),
   success_rate and valid_action_ratio per iteration, seconds per iteration, wall_s.
 
@@ -75,7 +74,6 @@ def advantage_abs_max(metrics: dict) -> float | None:
 def summarise(history: list[dict], estimator: str, wall_s: float) -> dict:
     last = history[-1] if history else {}
     second = history[1] if len(history) > 1 else {}
-    groups = [h.get("forge/groups_equal_clusters") for h in history if "forge/groups_equal_clusters" in h]
     gaps = [h["forge/rollout_actor_logprob_diff_max"] for h in history if "forge/rollout_actor_logprob_diff_max" in h]
     return {
         "iterations": len(history),
@@ -85,7 +83,6 @@ def summarise(history: list[dict], estimator: str, wall_s: float) -> dict:
         "grad_norms": [h.get("actor/grad_norm") for h in history],
         "advantage_abs_max": [advantage_abs_max(h) for h in history],
         "experiences_per_step": second.get("forge/experiences_per_step"),
-        "groups_equal_clusters": bool(groups) and all(g == 1.0 for g in groups),
         "rollout_actor_logprob_diff_max": max(gaps) if gaps else None,
         "kl_loss": last.get("actor/kl_loss"),
         "distill_rows": last.get("forge/distill_rows"),

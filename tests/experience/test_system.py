@@ -95,6 +95,28 @@ def test_worker_local_clusters_are_consistent_and_absorbed_by_the_driver(cfg, it
     assert ids[0] == ids[1] < PROVISIONAL_BASE and ids[0] in system.index and len(system.index) == n_before + 1
 
 
+def test_step_group_metrics_describe_the_groups_the_advantage_used_not_the_drivers_clusters(cfg, traj):
+    """A worker filed two steps of one task group under one local cluster (the advantage's step group); the driver
+    files their observations under two of its own. forge/step_group_* report the worker's group."""
+    system = ExperienceSystem.from_config(cfg())
+    local = PROVISIONAL_BASE + 3
+    t = traj("u", "t", "task", [(FRIDGE, "open fridge 1"), (DESK, "look")], 0.0, clusters=[local, local])
+    metrics = system.evolve([t], 0)
+    assert (metrics["forge/step_groups"], metrics["forge/step_group_max_size"]) == (1.0, 2.0)
+    assert metrics["forge/step_group_singleton_share"] == 0.0
+    assert t.steps[0].cluster_id != t.steps[1].cluster_id  # the driver's clusters, for the library
+
+
+def test_injecting_is_the_gate_the_rollout_ran_under_not_the_next_one(cfg, traj):
+    """Warm-up 0, no size gate: iteration 0 ran with an empty library (nothing injected) and evolution fills
+    it; forge/injecting says 0 for iteration 0 and 1 for iteration 1, which ran with the filled library."""
+    system = ExperienceSystem.from_config(cfg())
+    first = system.evolve([traj("u", "t", "task", [(FRIDGE, "open fridge 1")], 1.0)], 0)
+    assert len(system.library) > 0 and first["forge/injecting"] == 0.0
+    second = system.evolve([traj("u", "t2", "task", [(DESK, "look")], 1.0)], 1)
+    assert second["forge/injecting"] == 1.0
+
+
 def test_metrics_names(cfg, iterate):
     system = trained(cfg, iterate)
     _, metrics = iterate(system, 3, seed=99)

@@ -28,7 +28,8 @@ def reward_metrics(trajectories: Sequence[TrajectoryRecord], success_threshold: 
 
 
 def step_group_stats(records: Sequence[StepRecord]) -> dict[str, float]:
-    """Size distribution of the step groups (same task uid and same cluster) the forge advantage will use.
+    """Size distribution of the step groups (same task uid and same cluster) the forge advantage used: the
+    clusters the steps carry from their rollout (a distributed worker's own ids included).
 
     Steps without a cluster id count as their own singleton group.
     """

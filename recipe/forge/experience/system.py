@@ -203,6 +203,8 @@ class ExperienceSystem:
         self.iteration = int(iteration)
         c = self.cfg
         steps = [s for t in trajectories for s in t.steps]
+        groups = step_group_stats(steps)  # the advantage's step groups: the clusters that drove retrieval
+        injected = self.injecting  # the gate the rollout ran under: this iteration, the library before evolving
         self.absorb(steps)
         shown = injected_level_stats(steps, self.library.entries)  # the library the steps were shown lessons from
         shown.update(injected_lesson_stats(steps, self.library.entries))
@@ -222,10 +224,11 @@ class ExperienceSystem:
             "forge/entries_pruned": float(result.pruned),
             "forge/success_threshold": result.threshold,
         }
-        metrics.update(step_group_stats(steps))
+        metrics.update(groups)
         metrics.update(injection_stats(steps))
         metrics.update(shown)
         metrics.update(self.metrics())
+        metrics["forge/injecting"] = float(injected)
         if c.checkpoint_dir and (iteration + 1) % c.library_save_freq == 0:
             self.save(c.checkpoint_dir)
         return metrics
@@ -238,7 +241,6 @@ class ExperienceSystem:
             "forge/cluster_count": float(len(self.index)),
             "forge/clusters_evicted": float(self.index.evicted),
             "forge/library_version": float(self.version),
-            "forge/injecting": float(self.injecting),
         }
         out.update(library_precision(self.library.entries))
         out.update(self.stats.as_metrics())

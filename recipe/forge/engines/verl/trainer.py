@@ -119,12 +119,6 @@ def compute_batch_advantages(
     return out
 
 
-def groups_equal_clusters(group_keys: np.ndarray, extra_fields: list[dict]) -> float:
-    """1.0 when every trained row's step group is the observation cluster that drove its retrieval, else 0.0."""
-    trained = [i for i, key in enumerate(group_keys) if key is not None]
-    return float(all(group_keys[i] == extra_fields[i].get("cluster_id") for i in trained))
-
-
 def logprob_gap_max(rollout_log_probs: torch.Tensor, old_log_probs: torch.Tensor, response_mask: torch.Tensor) -> float:
     """max |rollout log-prob - actor log-prob| over the response tokens; all (bs, response_len)."""
     gap = (rollout_log_probs.float() - old_log_probs.float()).abs() * response_mask.float()
@@ -230,9 +224,7 @@ class ForgeTrainer(PPOTrainerSync):
         padded_mask = TensorDict({"m": rows.response_mask}, batch_size=len(batch)).to_padded_tensor()["m"]
         computed = compute_batch_advantages(estimator, rows.uid, padded_mask, rows.extra, rows.real, self.config.algorithm)
         if step_level:
-            group_keys = computed.pop("group_keys")
-            if estimator == "forge":
-                metrics["forge/groups_equal_clusters"] = groups_equal_clusters(group_keys, rows.extra)
+            computed.pop("group_keys")  # no tensor: the groups are the rows' own cluster ids (tests read them)
             if self.distill:
                 self._add_distillation_advantages(batch, rows, computed, metrics)
         fields = TensorDict(
@@ -350,11 +342,9 @@ class ForgeTrainer(PPOTrainerSync):
     def step(self, metrics: dict, timing_raw: dict) -> KVBatchMeta:
         batch = super().step(metrics, timing_raw)
         rows = read_rows(batch)
-        steps = [rows.extra[i] for i in np.flatnonzero(rows.real)]
-        # the library files the steps under its own clusters; the advantage grouped them by the clusters that
-        # drove their retrieval (the workers' ids), which is what a step's record keeps otherwise
-        clusters = self.library.absorb(steps)
-        self._iteration_rows = [{**row, "cluster_id": cluster} for row, cluster in zip(steps, clusters)]
+        # the rows keep the clusters that drove their retrieval (the workers' ids), the advantage's step groups:
+        # evolution reports those groups, then files the steps under the driver's own clusters
+        self._iteration_rows = [rows.extra[i] for i in np.flatnonzero(rows.real)]
         metrics.update(step_batch.episode_metrics(StepSamples.from_rows(self._iteration_rows)))
         return batch
 
