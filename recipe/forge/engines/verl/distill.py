@@ -3,11 +3,12 @@ prompt (student).
 
 How it runs (algorithm.forge.use_distillation=True):
 
-1. the agent loop generates with the library-augmented prompt, but stores the row with the plain prompt (the
-   student's view) and keeps the augmented prompt ids in ``extra_fields["teacher_prompt_ids"]``;
-2. after verl's old-log-prob pass (the student's log-probs), the trainer runs the SAME actor's log-prob pass over
-   the teacher-context sequences (augmented prompt + the same response): the teacher is the current policy;
-3. the advantage of every response token gets ``-w * (log pi_student(a_t) - log pi_teacher(a_t))``, the
+1. the agent loop generates with the library-augmented prompt and stores the row with it (the teacher's
+   view, the prompt it sampled in); it keeps the plain prompt's ids in ``extra_fields["student_prompt_ids"]``;
+2. after verl's old-log-prob pass (the teacher's log-probs), the trainer adds one student row per such step
+   (the plain prompt + the same response) and runs the SAME actor's log-prob pass over them: the teacher is the
+   current policy;
+3. the advantage of every student row's response token is ``-w * (log pi_student(a_t) - log pi_teacher(a_t))``, the
    per-token reverse-KL estimator on the sampled tokens, with ``w`` ramped by the library's fill ratio up to
    ``max_distill_weight`` (recipe.forge.distillation.distillation_weight). The policy-gradient of this term is
    the gradient of KL(student || teacher) in expectation over the student's samples.
@@ -15,8 +16,8 @@ How it runs (algorithm.forge.use_distillation=True):
 Exactness: verl's actor passes return the log-probs of the sampled tokens only, not full distributions. So on
 this engine ``reverse_kl`` is a sampled-token (Monte Carlo) estimate and ``kl`` / ``jsd``, which need the
 teacher's whole distribution, are not available; they are exact (full-vocabulary, with temperature T and the
-T^2 factor) on the local engine (recipe/forge/distillation.py). Rows whose step had no experiences have no
-teacher context: their teacher equals the student and the term is 0.
+T^2 factor) on the local engine (recipe/forge/distillation.py). Steps that had no experiences have no
+student row: their teacher equals the student and the term would be 0.
 """
 
 from __future__ import annotations

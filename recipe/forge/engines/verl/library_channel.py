@@ -13,8 +13,9 @@ does not hash every cluster prototype again.
 
 A snapshot provider never changes the driver's library: an observation that matches no known cluster founds a
 worker-local cluster (ids above the driver's range). verl runs the G sessions of one prompt in one worker, so
-the copies of a task share those ids; the driver resolves them to its own clusters (``ExperienceSystem.absorb``)
-before it computes advantages, so step groups are the driver's clusters.
+the copies of a task share those ids, and the advantage groups each task's steps by them (the clusters that drove
+their retrieval). The driver files the steps under its own clusters afterwards, when it evolves the library
+(``ExperienceSystem.absorb``).
 """
 
 from __future__ import annotations
