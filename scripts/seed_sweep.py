@@ -10,7 +10,8 @@ one thread each. Extra Hydra overrides after ``--`` apply to every run (e.g. a m
 Methods (``--methods``, formerly ``--estimators``): ``forge`` (SLEA-RL), ``gigpo``, ``grpo``; ``oracle`` (SLEA-RL
 whose lessons come from the environment's expert at every visited state, ``algorithm.forge.extractor=oracle``:
 the most injection can give this policy, the ceiling); ``forge_outcome`` and ``forge_step`` (SLEA-RL with the
-paper's outcome-credited lessons, and with step-credited ones: ``algorithm.forge.lesson_credit``); ``forge_frozen`` (the library alone: SLEA-RL's library
+paper's outcome-credited lessons, and with step-credited ones: ``algorithm.forge.lesson_credit``); ``forge_timed``
+(SLEA-RL whose step groups are one cluster at one turn, ``algorithm.forge.step_groups=cluster_and_turn``); ``forge_frozen`` (the library alone: SLEA-RL's library
 evolving over a frozen policy, ``trainer.local.freeze_policy=true``) and ``frozen`` (the same frozen policy
 without a library). The output file holds, per method and seed::
 
@@ -49,6 +50,7 @@ METHODS: dict[str, tuple[str, ...]] = {
                "algorithm.forge.lesson_credit=outcome"),
     "forge_outcome": ("algorithm.adv_estimator=forge", "algorithm.forge.lesson_credit=outcome"),
     "forge_step": ("algorithm.adv_estimator=forge", "algorithm.forge.lesson_credit=step"),
+    "forge_timed": ("algorithm.adv_estimator=forge", "algorithm.forge.step_groups=cluster_and_turn"),
     "forge_frozen": ("algorithm.adv_estimator=forge", "trainer.local.freeze_policy=true"),
     "frozen": ("algorithm.adv_estimator=gigpo", "trainer.local.freeze_policy=true"),
 }

@@ -21,6 +21,7 @@ from recipe.forge.experience.render import LESSON_STYLES
 ENGINES = ("local", "verl", "api")
 ADVANTAGE_MODES = ("mean_norm", "mean_std_norm")
 EPISODE_NORM_OVER = ("steps", "trajectories")
+STEP_GROUPS = ("cluster", "cluster_and_turn")  # forge step groups: the paper's, or also by turn (time-aware)
 RETRIEVAL_MODES = ("observation", "task", "hybrid", "clustered")
 DIVERGENCES = ("kl", "reverse_kl", "jsd")
 EXTRACTORS = ("rule", "llm", "oracle")  # oracle: expert-action lessons, the ceiling (measurement only)
@@ -54,6 +55,7 @@ class ForgeValues:
     step_advantage_w: float = 1.0
     mode: str = "mean_norm"
     episode_norm_over: str = "steps"
+    step_groups: str = "cluster"
     enable_similarity: bool = False
     similarity_thresh: float = 0.95
     golden_capacity_per_level: int = 100
@@ -91,6 +93,7 @@ class ForgeValues:
         check_range(f"{p}.step_advantage_w", self.step_advantage_w, 0.0)
         check_choice(f"{p}.mode", self.mode, ADVANTAGE_MODES)
         check_choice(f"{p}.episode_norm_over", self.episode_norm_over, EPISODE_NORM_OVER)
+        check_choice(f"{p}.step_groups", self.step_groups, STEP_GROUPS)
         check_range(f"{p}.similarity_thresh", self.similarity_thresh, 0.0, 1.0)
         if self.enable_similarity or self.similarity_thresh != 0.95:
             raise ConfigError(

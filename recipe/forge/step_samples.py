@@ -175,6 +175,7 @@ def step_advantage(
     settings: Any,
     cluster_id: Sequence[Any] | np.ndarray | None = None,
     anchor_obs: Sequence[Any] | np.ndarray | None = None,
+    step_index: Sequence[int] | np.ndarray | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages and returns, each (n, response_len), of a step-level estimator (:data:`STEP_ESTIMATORS`).
 
@@ -186,6 +187,8 @@ def step_advantage(
         settings: the estimator's section (``algorithm.forge`` or ``algorithm.gigpo``: a dataclass or mapping).
         cluster_id: (n,) observation clusters, the ``forge`` step groups (needed when its step part is on).
         anchor_obs: (n,) raw observations, the ``gigpo`` step groups.
+        step_index: (n,) turn of each step in its episode; with ``forge``'s ``step_groups: cluster_and_turn`` a
+            step group is one cluster at one turn.
     """
     def setting(key: str) -> Any:
         return section_value(settings, key)
@@ -194,7 +197,8 @@ def step_advantage(
         if bool(setting("use_step_rewards")) and float(setting("step_advantage_w")) != 0.0:
             check_cluster_ids(cluster_id)
         return compute_forge_advantage(
-            token_level_rewards, returns, response_mask, uid, traj_uid, cluster_id,
+            token_level_rewards, returns, response_mask, uid, traj_uid,
+            forge_step_groups(cluster_id, step_index, setting("step_groups")),
             use_step_rewards=bool(setting("use_step_rewards")), step_advantage_w=float(setting("step_advantage_w")),
             mode=setting("mode"), episode_norm_over=setting("episode_norm_over"),
         )
@@ -218,7 +222,23 @@ def samples_advantage(estimator: str, token_level_rewards: torch.Tensor, respons
         raise ValueError(f"{estimator!r} is not a step-level estimator; choose one of {STEP_ESTIMATORS}")
     return step_advantage(estimator, token_level_rewards, response_mask, returns, samples.uid, samples.traj_uid,
                           settings=section_value(algorithm, estimator), cluster_id=samples.cluster_id,
-                          anchor_obs=samples.anchor_obs)
+                          anchor_obs=samples.anchor_obs, step_index=samples.step_index)
+
+
+def forge_step_groups(cluster_id: Sequence[Any] | np.ndarray | None, step_index: Sequence[int] | np.ndarray | None,
+                      step_groups: str) -> Sequence[Any] | np.ndarray | None:
+    """(n,) the forge step-group key of each step: its cluster (``cluster``), or (cluster, turn)
+    (``cluster_and_turn``: a state's value in a time-limited episode depends on the steps left, so a later visit
+    is compared only with visits at the same turn)."""
+    if step_groups == "cluster" or cluster_id is None:
+        return cluster_id
+    if step_groups != "cluster_and_turn":
+        raise ValueError(f"step_groups={step_groups!r}; choose one of ('cluster', 'cluster_and_turn')")
+    if step_index is None:
+        raise ValueError("step_groups='cluster_and_turn' needs the turn of every step (step_index)")
+    keys = np.empty(len(cluster_id), dtype=object)
+    keys[:] = [None if c is None else (c, int(t)) for c, t in zip(cluster_id, step_index)]
+    return keys
 
 
 def check_cluster_ids(cluster_id: Sequence[Any] | np.ndarray | None) -> None:

@@ -172,3 +172,32 @@ def test_the_local_engine_and_the_registry_apply_the_same_cluster_rule():
         forge_adv_estimator(batch.token_level_rewards, batch.response_mask, index=batch.uid, config=algorithm,
                             step_rewards=batch.step_returns, traj_index=batch.samples.traj_uid,
                             step_group_keys=batch.samples.cluster_id)
+
+
+def test_time_aware_forge_groups_compare_a_state_only_at_one_turn():
+    """Two copies answer invalidly at one state for two turns (reward -1 a step, gamma 0.5, no penalty):
+    returns turn 0: -1.5, turn 1: -1. By cluster (the paper) the later visits win +0.25 whatever was answered; by
+    cluster and turn every group is tied and the step part is 0. Episode part: both episodes score -2, so 0."""
+    uid = np.array(["u"] * 4, dtype=object)
+    traj = np.array(["a", "a", "b", "b"], dtype=object)
+    turn = np.array([0, 1, 0, 1])
+    cluster = np.array([5, 5, 5, 5], dtype=object)
+    returns = np.array([-1.5, -1.0, -1.5, -1.0])
+    mask = torch.ones(4, 2)
+    scores = torch.zeros(4, 2)
+    scores[:, -1] = -2.0
+    by_cluster, _ = step_advantage("forge", scores, mask, returns, uid, traj, settings=ForgeConfig(),
+                                   cluster_id=cluster, step_index=turn)
+    assert by_cluster[:, 0].tolist() == pytest.approx([-0.25, 0.25, -0.25, 0.25])
+    by_turn, _ = step_advantage("forge", scores, mask, returns, uid, traj,
+                                settings=ForgeConfig(step_groups="cluster_and_turn"), cluster_id=cluster,
+                                step_index=turn)
+    assert by_turn.abs().max().item() == 0.0
+    # a valid answer at turn 0 (return -1.2) beside an invalid one (-1.5) still wins: +0.15 / -0.15
+    returns[2] = -1.2
+    mixed, _ = step_advantage("forge", scores, mask, returns, uid, traj,
+                              settings=ForgeConfig(step_groups="cluster_and_turn"), cluster_id=cluster, step_index=turn)
+    assert mixed[:, 0].tolist() == pytest.approx([-0.15, 0.0, 0.15, 0.0])
+    with pytest.raises(ValueError, match="needs the turn"):
+        step_advantage("forge", scores, mask, returns, uid, traj, settings=ForgeConfig(step_groups="cluster_and_turn"),
+                       cluster_id=cluster)
