@@ -101,14 +101,34 @@ def test_system_warm_up_clusters_but_injects_nothing(cfg, traj):
     assert system.provide([query(FRIDGE)])[0].text != ""
 
 
-def test_fallback_links_reach_the_cluster_through_evolve(cfg, traj):
+def test_a_fallback_find_is_linked_at_once_so_the_clusters_next_step_gets_it(cfg):
+    """The repro: entry key k, sim(a, k) = sim(a, b) = 0.85, sim(b, k) = 0.70. a founds a cluster with no
+    links and the fallback finds the entry; b joins a's cluster and, too far from k for the fallback, gets the
+    entry through the link, in the same iteration."""
+    from recipe.forge.experience.similarity import sequence_similarity
+
+    k, a, b = "a" * 20, "a" * 17 + "bbb", "a" * 14 + "b" * 6
+    assert [sequence_similarity(*p) for p in ((a, k), (a, b), (b, k))] == pytest.approx([0.85, 0.85, 0.70])
+    system = ExperienceSystem.from_config(cfg(min_library_size=0, top_k_warning=0, obs_similarity_threshold=0.85))
+    system.library.admit(Candidate(text="turn the dial", zone=GOLDEN, level="method", score=3.0, key=k, task="x"), 0)
+    system.begin_iteration(1)
+    worker = ExperienceSystem.from_snapshot(system.snapshot())  # a distributed rollout worker's view
+    first, second = system.provide([query(a), query(b, 1)])
+    assert first.cluster_id == second.cluster_id and first.fallback and not second.fallback
+    assert first.entry_ids == second.entry_ids == ("0",)
+    on_worker = worker.provider.provide([query(a), query(b, 1)])
+    assert [o.entry_ids for o in on_worker] == [("0",), ("0",)] and on_worker[0].cluster_id == on_worker[1].cluster_id
+
+
+def test_fallback_links_reach_the_cluster_and_counts_come_through_evolve(cfg, traj):
     system = ExperienceSystem.from_config(cfg(min_library_size=0, top_k_golden=2, top_k_warning=0))
     system.library.admit(Candidate(text="open the fridge before cooling", zone=GOLDEN, level="method", score=3.0,
                                    key=FRIDGE, task="x"), 0)
     system.begin_iteration(1)
     first = system.provide([query(FRIDGE2)])[0]  # new cluster, no links: fallback finds the entry
     assert first.entry_ids == ("0",) and system.stats.fallbacks == 1
-    assert system.library.entries[0].cluster_ids == []  # provide never changes the library
+    assert system.library.entries[0].cluster_ids == [first.cluster_id]  # linked at once
+    assert system.library.entries[0].retrieval_count == 0  # counted when evolve absorbs the step
     t = traj("u", "t", "x", [(FRIDGE2, "look")], 0.0, clusters=[first.cluster_id])
     t.steps[0].experience_ids = first.entry_ids
     system.evolve([t], 1)

@@ -6,8 +6,8 @@ Modes (``retrieval_mode``), each returning at most ``top_k_golden`` golden and `
   cluster, best score first (TopK(E+_c, k+) U TopK(E-_c, k-)). If the cluster has no linked entries yet, the
   fallback ranks the whole library by similarity between the observation and each entry's source observation,
   keeps those with similarity >= ``threshold``, and takes the top-k of each zone (most similar first, then
-  score). ``ExperienceSystem.evolve`` links what a step was shown to its cluster, so the next visit finds the
-  fallback's finds directly.
+  score). ``ExperienceSystem.provide`` links what the fallback showed a step to its cluster at once, so the
+  next visit of the cluster finds those entries directly.
 * ``clustered``: the cluster's linked entries only (no fallback): an ablation.
 * ``task``: task-level retrieval (the paper's ablation): entries whose source task has similarity >=
   ``threshold`` with the episode's task, most similar first, then score.
@@ -32,7 +32,7 @@ RETRIEVAL_MODES = ("observation", "task", "hybrid", "clustered")
 @dataclass
 class Retrieved:
     entries: list[ExperienceEntry]  # golden first, then warning, each best first
-    fallback: bool  # found by the whole-library fallback (ExperienceSystem.evolve links them to the cluster)
+    fallback: bool  # found by the whole-library fallback (ExperienceSystem.provide links them to the cluster)
 
 
 class EmbeddingSearch:

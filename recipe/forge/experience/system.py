@@ -6,10 +6,13 @@
     metrics = system.evolve(batch.trajectories, i)          # once per iteration; saves every library_save_freq
     system.save(dir); system.load(dir)                      # or ExperienceSystem.from_checkpoint(dir, forge_cfg)
 
-``provide`` never changes the library: the links that the retrieval fallback finds and the retrieval counts
-are recorded by ``evolve`` from the step records (their ``cluster_id`` and ``experience_ids``), the same way
-for both engines. Within one iteration this gives the same retrieval results as linking immediately, because
-the library only changes in ``evolve``.
+``provide`` links what the retrieval fallback finds to the step's cluster at once (the paper's immediate link),
+so a later step of the same cluster in the same iteration gets those entries as the cluster's own, even where
+its observation is too far from their keys for the fallback (entry key k, sim(a, k) = sim(a, b) = 0.85,
+sim(b, k) = 0.70: a finds the entry by the fallback, b in a's cluster gets it through the link). On a
+distributed worker the link goes into the worker's private copy of the library; the driver's library gets it,
+with the retrieval counts, when ``evolve`` absorbs the step records (their ``cluster_id`` and
+``experience_ids``), the same way for every engine.
 
 Distributed use: ``snap = system.snapshot()`` is a plain, picklable, JSON-serialisable read-only view with a
 ``version``; a worker builds ``ExperienceSystem.from_snapshot(snap).provider``. ``snapshot(with_search=True)``
@@ -167,6 +170,9 @@ class ExperienceSystem:
         for query, cid in zip(queries, cluster_ids):
             found = self.retriever.retrieve(query.anchor_obs, query.task, cid)
             text, shown = self.renderer.render(found.entries)
+            if found.fallback:
+                for entry_id in shown:
+                    self.library.link(int(entry_id), cid)
             self.stats.hits += bool(shown)
             self.stats.injected += len(shown)
             self.stats.fallbacks += found.fallback
