@@ -6,8 +6,10 @@ import pytest
 from recipe.forge.config_rules import ConfigError, ForgeValues
 
 
-def test_defaults_are_accepted():
-    ForgeValues(enable_similarity=False, similarity_thresh=0.95)
+def test_their_defaults_pass_and_are_kept_as_given():
+    values = ForgeValues(enable_similarity=False, similarity_thresh=0.95)
+    assert (values.enable_similarity, values.similarity_thresh) == (False, 0.95)
+    assert values.step_groups == "cluster"  # forge's groups are set by its own keys
 
 
 @pytest.mark.parametrize("keys", [{"enable_similarity": True}, {"similarity_thresh": 0.9},
