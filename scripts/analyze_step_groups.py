@@ -2,7 +2,8 @@
 
 Reads the training rollouts (``trainer.rollout_data_dir``, one JSONL file per iteration) of the runs under
 ``--runs-dir`` and rebuilds every step's group and discounted step return with the engines' own functions
-(:func:`recipe.forge.step_samples.step_returns`: ``algorithm.gamma``, invalid-action penalty after discounting).
+(:func:`recipe.forge.step_samples.step_returns`: ``algorithm.gamma``, invalid-action penalty after discounting;
+:func:`recipe.forge.core_forge.compute_step_advantage`).
 A step group is GiGPO's: the steps of one task group at one observation (``forge`` with exact clusters groups
 the same steps). The step part of the advantage (``mean_norm``) is a step's return minus its group's mean.
 
@@ -28,9 +29,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from recipe.forge.core_forge import combine_codes, compute_step_advantage, factorize  # noqa: E402
 from recipe.forge.step_samples import StepSamples, step_returns  # noqa: E402
 
 
@@ -42,38 +45,38 @@ def samples_of(rows: list[dict]) -> StepSamples:
     return StepSamples.from_rows(fields, [r["traj_uid"].rsplit("-copy", 1)[0] for r in rows])
 
 
-def step_advantages(samples: StepSamples, returns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(n,) return minus its step group's mean, and (n,) whether the group holds more than one turn."""
-    groups: dict[tuple, list[int]] = defaultdict(list)
-    for i, key in enumerate(zip(samples.uid, samples.anchor_obs)):
-        groups[key].append(i)
-    advantage, mixed = np.zeros(len(returns)), np.zeros(len(returns), dtype=bool)
-    for members in groups.values():
-        advantage[members] = returns[members] - returns[members].mean()
-        mixed[members] = len(set(samples.step_index[members].tolist())) > 1
-    return advantage, mixed
+def step_groups(samples: StepSamples, returns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per step (n,): the step part of the advantage over GiGPO's groups (task group, observation), computed by
+    the core's :func:`compute_step_advantage` (``mean_norm``); whether its group holds more than one turn; and
+    whether its group holds a valid answer."""
+    uid_codes, _ = factorize(samples.uid)
+    obs_codes, _ = factorize(samples.anchor_obs)
+    groups, n_groups = combine_codes(uid_codes, obs_codes)
+    advantage = compute_step_advantage(torch.as_tensor(returns, dtype=torch.float64), groups).numpy()
+    first_turn = np.full(n_groups, np.iinfo(np.int64).max)
+    last_turn = np.full(n_groups, -1)
+    np.minimum.at(first_turn, groups, samples.step_index)
+    np.maximum.at(last_turn, groups, samples.step_index)
+    with_valid = np.bincount(groups, weights=samples.is_action_valid, minlength=n_groups) > 0
+    return advantage, (first_turn != last_turn)[groups], with_valid[groups]
 
 
 def analyse_run(run: Path, gamma: float, penalty: float, below: float) -> dict | None:
     steps = mixed_total = 0
     valid_adv, invalid_adv, by_turn = [], [], defaultdict(list)
-    for path in sorted((run / "rollouts").glob("*.jsonl"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1):
-        if not path.stem.isdigit():
-            continue
+    dumps = sorted((p for p in (run / "rollouts").glob("*.jsonl") if p.stem.isdigit()), key=lambda p: int(p.stem))
+    for path in dumps:
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         if not rows or np.mean([r["valid"] for r in rows]) >= below:
             continue
         samples = samples_of(rows)
-        advantage, mixed = step_advantages(samples, step_returns(samples, gamma, penalty))
+        advantage, mixed, with_valid = step_groups(samples, step_returns(samples, gamma, penalty))
         steps, mixed_total = steps + len(rows), mixed_total + int(mixed.sum())
         valid = samples.is_action_valid
         valid_adv += advantage[valid].tolist()
         invalid_adv += advantage[~valid].tolist()
-        all_invalid = {key for key in zip(samples.uid, samples.anchor_obs)} - {
-            key for key, v in zip(zip(samples.uid, samples.anchor_obs), valid) if v}
-        for i, key in enumerate(zip(samples.uid, samples.anchor_obs)):
-            if key in all_invalid and mixed[i]:
-                by_turn[int(samples.step_index[i])].append(advantage[i])
+        for turn, value in zip(samples.step_index[mixed & ~with_valid], advantage[mixed & ~with_valid]):
+            by_turn[int(turn)].append(value)
     if not steps:
         return None
     return {"steps": steps, "mixed_turn_share": mixed_total / steps,
