@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 Message = dict[str, Any]  # {"role": "system" | "user" | "assistant", "content": str | list}
+ACTION_STOP = ("</action>",)  # every engine stops a step's generation there; the stop string stays in the response
 
 
 @dataclass
@@ -17,7 +18,7 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = -1
     max_new_tokens: int = 256
-    stop: tuple[str, ...] = ("</action>",)
+    stop: tuple[str, ...] = ACTION_STOP
     do_sample: bool = True
 
 
