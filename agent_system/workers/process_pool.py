@@ -211,6 +211,11 @@ class ProcessEnvPool:
                 out[j] = r
         return out
 
+    def worker_pids(self) -> list[int | None]:
+        """Each worker's process id, None for a worker whose process is not running (closed, or died and not yet
+        replaced); a restarted worker has a new process id."""
+        return [proc.pid if proc.is_alive() else None for proc in self._procs]
+
     def close(self) -> None:
         for w, conn in enumerate(self._conns):
             try:

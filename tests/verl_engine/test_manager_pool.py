@@ -198,8 +198,8 @@ def test_process_backed_managers_keep_their_worker_and_retire_it_after_a_crash(u
     cfg = faulty_cfg()
     count = ["count", "count", "count", "count"]
     first = run_sequential(cfg, [3, 4], pool, actions=count)
-    worker_pid = cls.built[0].pool._procs[0].pid
-    assert len(cls.built) == 1 and cls.built[0].pool._procs[0].is_alive()
+    [worker_pid] = cls.built[0].pool.worker_pids()
+    assert len(cls.built) == 1 and worker_pid is not None  # the worker runs
     assert first[0][-1][2:5] == (1.0, True, True)  # FaultyEnv: won after 3 steps
 
     crashed = run_sequential(cfg, [3], pool, actions=["count", "crash", "count"])[0]
@@ -208,9 +208,10 @@ def test_process_backed_managers_keep_their_worker_and_retire_it_after_a_crash(u
 
     again = run_sequential(cfg, [3, 4], pool, actions=count)
     assert again == first  # a new manager, a new worker, the same episodes
-    assert len(cls.built) == 2 and cls.built[1].pool._procs[0].pid != worker_pid
+    [new_pid] = cls.built[1].pool.worker_pids()
+    assert len(cls.built) == 2 and new_pid not in (None, worker_pid)
     pool.close()
-    assert not cls.built[1].pool._procs[0].is_alive()
+    assert cls.built[1].pool.worker_pids() == [None]
 
 
 def test_process_backed_results_equal_fresh_managers(use_manager):
