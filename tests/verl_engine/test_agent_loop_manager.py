@@ -1,8 +1,10 @@
 """The forge agent loop driven through verl's own V1 agent-loop manager (AgentLoopManagerTQ), on CPU.
 
 Real: Ray, TransferQueue (SimpleStorage, one unit), verl's AgentLoopWorkerTQ and its postprocessing into
-TransferQueue, verl's dataset and collate, verl's ReplayBuffer sampling, our ForgeTrainer advantage step on the
-stored rows, the experience library published through the broker. Stand-in: the LLM server client
+TransferQueue, verl's dataset and collate, verl's ReplayBuffer sampling, the forge trainer's advantage step
+(trainer.advantage_step) on the stored rows and its driver state (forge_steps.ForgeSteps: evolution, checkpoint,
+validation dump), the experience library published through the broker. ForgeTrainer's own hooks, which hand verl's
+moments to those two, need verl's actor workers: tests/verl_engine/test_cpu_end_to_end.py runs them. Stand-in: the LLM server client
 (ScriptedLLMClient), because verl 0.9.1 has no CPU rollout backend.
 """
 
@@ -115,13 +117,13 @@ def naive_forge_advantage(rows, uids, w=1.0):
 
 
 def test_forge_agent_rows_reach_the_batch_and_the_trainer_step(verl_stack):
+    from recipe.forge.engines.verl.forge_steps import ForgeSteps
     from recipe.forge.engines.verl.scripted_client import DEFAULT_RESPONSES
-    from recipe.forge.engines.verl.trainer import ForgeTrainer
+    from recipe.forge.engines.verl.trainer import advantage_step
 
     cfg, tokenizer = verl_stack["cfg"], verl_stack["tokenizer"]
-    trainer = object.__new__(ForgeTrainer)  # no actor workers on CPU: the advantage and library steps only
-    trainer.init_forge_state(cfg)
-    trainer.library.begin_iteration(0)
+    forge = ForgeSteps(cfg)
+    forge.begin_iteration(0)
 
     meta, seeds = rollout(verl_stack, 0, global_steps=1)
     data = fetch(meta, ["uid", "prompts", "responses", "response_mask", "rm_scores", "rollout_log_probs", "extra_fields"])
@@ -170,13 +172,13 @@ def test_forge_agent_rows_reach_the_batch_and_the_trainer_step(verl_stack):
     # the trainer's advantage step on the stored rows equals the definition, grouped by the clusters that drove
     # retrieval in the worker
     metrics: dict = {}
-    trainer._compute_advantage(with_old_log_probs(meta), metrics)
+    advantage_step(with_old_log_probs(meta), forge, metrics)
     assert metrics["forge/rollout_actor_logprob_diff_max"] == 0.0
     stored = fetch(meta, ["advantages", "returns", "rm_scores", "response_mask"])
     mask = stored["response_mask"].to_padded_tensor(0)
     advantages = stored["advantages"].to_padded_tensor(0.0)
     expected = naive_forge_advantage(rows, uids)
-    absorbed = trainer.library.absorb(rows)  # the library files them under the driver's clusters
+    absorbed = forge.library.absorb(rows)  # the library files them under the driver's clusters
     assert all(c is not None and c >= 0 for c in absorbed)
     for i in range(len(rows)):
         n_tokens = int(mask[i].sum())
@@ -185,12 +187,12 @@ def test_forge_agent_rows_reach_the_batch_and_the_trainer_step(verl_stack):
         assert float(stored["rm_scores"][i].sum()) == pytest.approx(penalised, abs=1e-5)
 
     # evolution on the driver publishes version 1; the next rollout's rows record it
-    metrics = trainer.library.end_iteration(
+    metrics = forge.library.end_iteration(
         [{**r, "cluster_id": c} for r, c in zip(rows, absorbed)], iteration=0
     )
     assert metrics["forge/library_version"] == 1.0
     assert metrics["forge/reward_mean"] == pytest.approx(np.mean([t[-1]["episode_return"] for t in trajs.values()]))
-    trainer.library.begin_iteration(1)
+    forge.begin_iteration(1)
     meta2, _ = rollout(verl_stack, TASKS, global_steps=2)
     data2 = fetch(meta2, ["prompts", "extra_fields"])
     rows2 = [getattr(e, "data", e) for e in data2.pop("extra_fields").tolist()]
@@ -208,103 +210,90 @@ def test_forge_agent_rows_reach_the_batch_and_the_trainer_step(verl_stack):
     assert augmented > 0, "no step of the second rollout received experiences"
 
 
-def test_trainer_iteration_hooks_evolve_publish_and_checkpoint_the_library(verl_stack, monkeypatch, tmp_path):
-    """ForgeTrainer.step / on_step_end / _save_checkpoint around verl's parts (replaced: actor workers and weight
-    sync need a GPU): metrics, evolution with the driver's clusters, the library saved into the checkpoint."""
-    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
-
-    from recipe.forge.engines.verl.trainer import ForgeTrainer
+def test_iteration_end_evolves_and_checkpoints_the_library(verl_stack, monkeypatch, tmp_path):
+    """ForgeSteps through one iteration in the order ForgeTrainer calls it (the step's rows, verl's checkpoint,
+    the iteration's end after the weight sync): episode metrics, evolution from this step's rows with the
+    workers' clusters, the forge/* metrics, the library saved into the checkpoint and resumed from it."""
+    from recipe.forge.engines.verl.forge_steps import ForgeSteps
 
     cfg = verl_stack["cfg"]
-    trainer = object.__new__(ForgeTrainer)
-    trainer.init_forge_state(cfg)
-    trainer.global_steps, trainer.timing_raw = 1, {}
-    trainer.library.begin_iteration(0)
+    forge = ForgeSteps(cfg)
+    forge.begin_iteration(0)
     meta, _ = rollout(verl_stack, 0, global_steps=1)  # the same tasks again, under new uids
+    rows = [getattr(e, "data", e) for e in fetch(meta, ["extra_fields"]).pop("extra_fields").tolist()]
 
-    def verl_step(self, metrics, timing_raw):  # verl's step: old log-probs, advantage, update (here: advantage only)
-        return self._compute_advantage(with_old_log_probs(meta), metrics)
-
-    saved, evolved_from = [], []
-    end_iteration = trainer.library.end_iteration
+    evolved_from = []
+    end_iteration = forge.library.end_iteration
 
     def recorded_end_iteration(rows, iteration):
         evolved_from.extend(rows)
         return end_iteration(rows, iteration)
 
-    monkeypatch.setattr(trainer.library, "end_iteration", recorded_end_iteration)
-    monkeypatch.setattr(PPOTrainerSync, "step", verl_step)
-    monkeypatch.setattr(PPOTrainerSync, "on_step_end", lambda self: None)
-    monkeypatch.setattr(PPOTrainerSync, "_save_checkpoint", lambda self: saved.append(self.global_steps))
-    with monkeypatch.context() as m:
-        m.setitem(cfg.trainer, "default_local_dir", str(tmp_path))
-        metrics: dict = {}
-        trainer.step(metrics, trainer.timing_raw)
-        assert 0.0 <= metrics["success_rate"] <= 1.0 and metrics["num_trajectories"] == TASKS * G
-        trainer._save_checkpoint()
-        trainer.on_step_end()
-    assert saved == [1]
-    assert evolved_from and all(r["cluster_id"] >= 0 for r in evolved_from)  # this step's rows, the driver's clusters
-    logged = trainer._pending_sync_metrics
+    monkeypatch.setattr(forge.library, "end_iteration", recorded_end_iteration)
+    metrics = forge.keep_iteration(rows)
+    assert 0.0 <= metrics["success_rate"] <= 1.0 and metrics["num_trajectories"] == TASKS * G
+    checkpoint = tmp_path / "global_step_1"
+    forge.checkpoint_saved(str(checkpoint))
+    timing_raw: dict = {}
+    logged = forge.end_iteration(0, timing_raw)
+    assert evolved_from == rows and all(r["cluster_id"] >= 0 for r in rows)  # this step's rows, with clusters
     assert logged["forge/library_version"] == 1.0 and "forge/reward_mean" in logged
     quality = ("forge/lessons_checkable", "forge/lesson_conflict")
     assert set(quality) <= set(logged) and all(0.0 <= logged[k] <= 1.0 for k in quality)
     # a precision is logged only with checkable lessons behind it (none is a missing figure, not a 0)
     assert ("forge/lesson_precision" in logged) == (logged["forge/lessons_checkable"] > 0)
-    checkable = [e for e in trainer.library.system.library.all_entries() if e.advice and e.advice.expert]
+    checkable = [e for e in forge.library.system.library.all_entries() if e.advice and e.advice.expert]
     assert ("forge/library_precision" in logged) == bool(checkable)
     assert 0.0 <= logged.get("forge/library_precision", 0.0) <= 1.0
-    assert "forge_library" in trainer.timing_raw
-    assert (tmp_path / "global_step_1" / "forge_library").exists()
-    trainer.library.begin_iteration(1)  # next iteration: a fresh driver resumes the saved library
-    fresh = object.__new__(ForgeTrainer)
-    fresh.init_forge_state(cfg)
-    fresh.library.load_if_exists(str(tmp_path / "global_step_1" / "forge_library"))
+    assert "forge_library" in timing_raw
+    assert (checkpoint / "forge_library").exists()
+    forge.begin_iteration(1)  # next iteration: a fresh driver resumes the saved library
+    fresh = ForgeSteps(cfg)
+    fresh.library.load_if_exists(str(checkpoint / "forge_library"))
     assert fresh.library.version == 1
     assert len(fresh.library.system.library) == logged["forge/library_total_size"]
 
 
 def test_validation_runs_with_the_evolved_library_and_is_dumped(verl_stack, monkeypatch, tmp_path):
-    """ForgeTrainer's validation hooks around one validation batch as verl's ``_validate`` submits and samples it:
-    ``on_validate_begin`` publishes the library this iteration evolved (the rows record its version), the replay
-    buffer tap keeps the batch's rows, and ``on_validate_end`` writes them as ``val/<global step>.jsonl``."""
+    """ForgeSteps around one validation batch as verl's ``_validate`` submits and samples it (ForgeTrainer's
+    validation hooks call it so): ``begin_validation`` publishes the library this iteration evolved (the rows
+    record its version), the replay buffer tap keeps the batch's rows, and ``end_validation`` writes them as
+    ``val/<global step>.jsonl``."""
     import json
 
     from verl.trainer.ppo.utils import create_rl_dataset
 
-    from recipe.forge.engines.verl.trainer import ForgeTrainer
+    from recipe.forge.engines.verl.forge_steps import ForgeSteps
     from recipe.forge.engines.verl.validation_dump import ValidationRowTap
 
     cfg, tokenizer = verl_stack["cfg"], verl_stack["tokenizer"]
     dump = tmp_path / "rollouts"
     with monkeypatch.context() as m:
         m.setitem(cfg.trainer, "rollout_data_dir", str(dump))
-        trainer = object.__new__(ForgeTrainer)
-        trainer.init_forge_state(cfg)
-    trainer.tokenizer, trainer.global_steps = tokenizer, 1
-    trainer.library.begin_iteration(0)
+        forge = ForgeSteps(cfg, decode=tokenizer.decode)
+    forge.begin_iteration(0)
     meta, _ = rollout(verl_stack, 0, global_steps=1)
     rows = [getattr(e, "data", e) for e in fetch(meta, ["extra_fields"]).pop("extra_fields").tolist()]
-    clusters = trainer.library.absorb(rows)
-    trainer.library.end_iteration([{**r, "cluster_id": c} for r, c in zip(rows, clusters)], iteration=0)
-    assert trainer.library.version == 1 and len(trainer.library.system.library) > 0
+    clusters = forge.library.absorb(rows)
+    forge.library.end_iteration([{**r, "cluster_id": c} for r, c in zip(rows, clusters)], iteration=0)
+    assert forge.library.version == 1 and len(forge.library.system.library) > 0
 
-    trainer.on_validate_begin()
+    forge.begin_validation(0)  # at global step 1: after iteration 0
     dataset = create_rl_dataset(cfg.data.val_files, cfg.data, tokenizer, None, is_train=False, max_samples=2)
     tasks = [dataset[i] for i in range(2)]
     meta, _ = verl_stack["helpers"].submit_tasks(verl_stack["manager"], tasks, 1, validate=True,
-                                                 wrap=lambda buffer: ValidationRowTap(buffer, trainer.keep_validation_batch))
+                                                 wrap=lambda buffer: ValidationRowTap(buffer, forge.keep_validation_batch))
     data = fetch(meta, ["prompts", "extra_fields"])
     rows = [getattr(e, "data", e) for e in data.pop("extra_fields").tolist()]
     prompts = data["prompts"].to_padded_tensor(tokenizer.pad_token_id)
-    trainer.on_validate_end()
+    forge.end_validation(1)
 
     assert {r["library_version"] for r in rows} == {1}  # the library evolved by iteration 0, not the one it ran with
     lines = [json.loads(line) for line in (dump / "val" / "1.jsonl").read_text().splitlines()]
     assert sorted(p.relative_to(dump).as_posix() for p in dump.rglob("*")) == ["val", "val/1.jsonl"]
     assert len(lines) == len(rows) and {line["step"] for line in lines} == {1}
     by_step = {(line["traj_uid"], line["turn"]): line for line in lines}
-    entries = trainer.library.system.library.entries
+    entries = forge.library.system.library.entries
     for i, row in enumerate(rows):
         line = by_step[(row["traj_uid"], row["step_index"])]
         assert line["input"] == tokenizer.decode(prompts[i]).replace(tokenizer.pad_token, "")  # the row's prompt

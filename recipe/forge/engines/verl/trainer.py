@@ -9,7 +9,9 @@ Select it with ``trainer.v1.trainer_mode=forge`` (run_verl does). Compared with 
   on the rebuilt scores;
 * after each iteration, on the driver: episode metrics, library evolution from the iteration's trajectories,
   publication of the new library version to the agent-loop workers, forge/* metrics, and a library checkpoint
-  every ``algorithm.forge.library_save_freq`` iterations (and with every trainer checkpoint);
+  every ``algorithm.forge.library_save_freq`` iterations (and with every trainer checkpoint); the driver's
+  SLEA-RL state is a ForgeSteps (recipe/forge/engines/verl/forge_steps.py), the advantage step
+  :func:`advantage_step`, both usable without verl's trainer;
 * optional self-distillation (algorithm.forge.use_distillation): see recipe/forge/engines/verl/distill.py;
 * validation runs with the library evolved from the iteration before it (published again at validation start),
   as on the embedded engine, and with ``trainer.rollout_data_dir`` its steps are dumped in the embedded
@@ -33,16 +35,13 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl import DataProto
 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
-from verl.utils.debug import marked_timer
 from verl.workers.utils.padding import response_from_nested, response_to_nested
 
 from recipe.forge.distillation import distillation_weight
-from recipe.forge.engines.local.rollout_dump import decoded_prompt, rollout_dump
-from recipe.forge.engines.verl import step_batch
-from recipe.forge.engines.verl.distill import check_distillation_config, distillation_advantage
-from recipe.forge.engines.verl.library_driver import LibraryDriver, RolloutServerLLM
+from recipe.forge.engines.verl.distill import distillation_advantage
+from recipe.forge.engines.verl.forge_steps import ForgeSteps
 from recipe.forge.engines.verl.rollout_logprobs import has_rollout_log_probs, rollout_correction_runs
-from recipe.forge.engines.verl.validation_dump import ValidationRowTap, fetch_rows, write_validation
+from recipe.forge.engines.verl.validation_dump import ValidationRowTap
 from recipe.forge.step_samples import (STEP_ESTIMATORS, StepSamples, samples_advantage, section_value, step_returns,
                                        token_level_scores)
 
@@ -125,6 +124,90 @@ def logprob_gap_max(rollout_log_probs: torch.Tensor, old_log_probs: torch.Tensor
     return float(gap.max()) if gap.numel() else 0.0
 
 
+def advantage_step(batch: KVBatchMeta, forge: ForgeSteps, metrics: dict) -> KVBatchMeta:
+    """SLEA-RL's advantage step on a TransferQueue batch of ``forge_agent`` step rows (after verl's old-log-prob
+    pass); returns the batch as stored.
+
+    Stores every row's ``rm_scores`` rebuilt from its extra_fields (:func:`compute_batch_advantages`). For the
+    step-level estimators also its ``advantages`` and ``returns`` (a distillation row's: its distillation term),
+    then verl's rollout correction; for the others verl's own advantage step is still to run on these scores.
+    With the rollout's log-probs in the rows it logs forge/rollout_actor_logprob_diff_max into ``metrics``.
+    """
+    config = forge.config
+    estimator = str(config.algorithm.adv_estimator)
+    step_level = estimator in STEP_ESTIMATORS
+    if step_level and config.algorithm.use_kl_in_reward:
+        raise ValueError(f"algorithm.use_kl_in_reward is not supported with the {estimator!r} estimator")
+    rows = read_rows(batch)
+    padded_mask = TensorDict({"m": rows.response_mask}, batch_size=len(batch)).to_padded_tensor()["m"]
+    computed = compute_batch_advantages(estimator, rows.uid, padded_mask, rows.extra, rows.real, config.algorithm)
+    if step_level:
+        computed.pop("group_keys")  # no tensor: the groups are the rows' own cluster ids (tests read them)
+        if forge.distill:
+            _add_distillation_advantages(batch, rows, computed, forge, metrics)
+    fields = TensorDict(
+        {name: response_to_nested(value, rows.response_mask) for name, value in computed.items()}, batch_size=len(batch)
+    )
+    batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
+    _log_rollout_actor_gap(batch, rows, config, metrics)
+    return _apply_rollout_correction(batch, config, metrics) if step_level else batch
+
+
+def _log_rollout_actor_gap(batch: KVBatchMeta, rows: BatchRows, config: Any, metrics: dict) -> None:
+    """forge/rollout_actor_logprob_diff_max: the rollout server's and the actor's log-probs of the same tokens."""
+    if not has_rollout_log_probs(config):
+        return
+    keys = [batch.keys[i] for i in np.flatnonzero(rows.real)]
+    data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id,
+                           select_fields=["rollout_log_probs", "old_log_probs", "response_mask"]).to_padded_tensor()
+    metrics["forge/rollout_actor_logprob_diff_max"] = logprob_gap_max(
+        data["rollout_log_probs"], data["old_log_probs"], data["response_mask"]
+    )
+
+
+def _apply_rollout_correction(batch: KVBatchMeta, config: Any, metrics: dict) -> KVBatchMeta:
+    """verl's rollout correction (IS weights, rejection mask, rollout_corr/* metrics) for the step-level
+    estimators, whose advantages do not go through verl's own advantage step; same conditions as verl's."""
+    if not rollout_correction_runs(config):
+        return batch
+    names = ["old_log_probs", "rollout_log_probs", "response_mask"]
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=names)
+    nested_mask = data["response_mask"]
+    proto, correction_metrics = compute_rollout_correction_and_add_to_batch(
+        DataProto(batch=data.to_padded_tensor()), config.algorithm.rollout_correction
+    )
+    metrics.update(correction_metrics)
+    out = {"response_mask": response_to_nested(proto.batch["response_mask"], nested_mask)}
+    if "rollout_is_weights" in proto.batch:
+        out["rollout_is_weights"] = response_to_nested(proto.batch["rollout_is_weights"], nested_mask)
+    return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(out, batch_size=len(batch)))
+
+
+def _add_distillation_advantages(batch: KVBatchMeta, rows: BatchRows, computed: dict, forge: ForgeSteps,
+                                 metrics: dict) -> None:
+    """The advantage of every distillation row: ``-w (log pi(a_t | plain) - log pi(a_t | with library))`` per
+    response token (the sampled-token estimate of the reverse KL from the student to the teacher), with ``w``
+    ramped by the library's fill ratio up to ``max_distill_weight``."""
+    settings = forge.config.algorithm.forge
+    capacity = 3 * (int(settings.golden_capacity_per_level) + int(settings.warning_capacity_per_level))
+    weight = distillation_weight(len(forge.library.system.library), capacity, float(settings.max_distill_weight))
+    students = np.flatnonzero(rows.student)
+    metrics["forge/distill_weight"] = weight
+    metrics["forge/distill_rows"] = float(len(students))
+    if not len(students):
+        return
+    position = {key: i for i, key in enumerate(batch.keys)}
+    teachers = [position[batch.tags[i][STUDENT_TAG]] for i in students]
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["old_log_probs", "response_mask"])
+    padded = data.to_padded_tensor()
+    student_lp, teacher_lp = padded["old_log_probs"][students], padded["old_log_probs"][teachers]
+    mask = padded["response_mask"][students]
+    term = distillation_advantage(student_lp, teacher_lp, mask, weight)
+    computed["advantages"][students] = term
+    computed["returns"][students] = term
+    metrics["forge/distill_logprob_gap"] = float(((student_lp - teacher_lp) * mask).sum() / mask.sum().clamp(min=1))
+
+
 @register_trainer(TRAINER_MODE)
 class ForgeTrainer(PPOTrainerSync):
     """verl's sync trainer + step-level advantages, library evolution and forge metrics."""
@@ -142,28 +225,8 @@ class ForgeTrainer(PPOTrainerSync):
 
     def __init__(self, config):
         super().__init__(config)
-        self.init_forge_state(config)
-
-    def init_forge_state(self, config) -> None:
-        """SLEA-RL's driver state (library, distillation, per-batch caches); separate from verl's own set-up so
-        the advantage and library steps can be exercised without actor workers."""
-        self.config = config
-        llm = None
-        if str(config.algorithm.forge.extractor) == "llm":
-            llm = RolloutServerLLM(lambda: self.llm_server_manager.get_addresses())
-        self.library = LibraryDriver.from_trainer_config(config, llm=llm)
-        self._iteration_rows: list[dict] = []
-        self._checkpoint_folder: str | None = None  # set when verl saved a checkpoint this iteration
-        # trainer.rollout_data_dir: the validation pass's rows, dumped at its end (verl's tokenizer decodes them)
-        self.rollout_dump = rollout_dump(config.trainer.get("rollout_data_dir"),
-                                         decoded_prompt(lambda ids: self.tokenizer.decode(ids)))
-        self._validation_rows: list[dict] = []
-        self.distill = bool(config.algorithm.forge.use_distillation) and self.library.enabled
-        if self.distill:
-            from agent_system.environments.config import env_config_from_mapping
-            from omegaconf import OmegaConf
-
-            check_distillation_config(config.algorithm, env_config_from_mapping(OmegaConf.to_container(config.env)))
+        self.forge = ForgeSteps(config, llm_addresses=lambda: self.llm_server_manager.get_addresses(),
+                                decode=lambda ids: self.tokenizer.decode(ids))
 
     def _init_resource_pool_mgr(self):
         super()._init_resource_pool_mgr()
@@ -185,90 +248,39 @@ class ForgeTrainer(PPOTrainerSync):
         buffer = super()._build_replay_buffer()
         if not self.config.trainer.get("rollout_data_dir"):
             return buffer
-        return ValidationRowTap(buffer, self.keep_validation_batch)
+        return ValidationRowTap(buffer, self.forge.keep_validation_batch)
 
     def on_init_end(self):
         super().on_init_end()
-        self.library.begin_iteration(max(self.global_steps - 1, 0))
+        self.forge.begin_iteration(max(self.global_steps - 1, 0))
 
     # ------------------------------------------------------------ validation
     def on_validate_begin(self):
         """Publish the library as it is now: validation after iteration k then runs with the library evolved from
         k (the last publication, at the start of k, predates that evolution), as the embedded engine's does."""
         super().on_validate_begin()
-        self.library.begin_iteration(max(self.global_steps - 1, 0))
-        self._validation_rows = []
-
-    def keep_validation_batch(self, batch: KVBatchMeta) -> None:
-        self._validation_rows.extend(fetch_rows(batch))
+        self.forge.begin_validation(max(self.global_steps - 1, 0))
 
     def on_validate_end(self):
         """With ``trainer.rollout_data_dir``: the pass's steps as ``val/<global step>.jsonl``."""
         super().on_validate_end()
-        if self.rollout_dump is not None:
-            library = self.library.system.library if self.library.enabled else None
-            write_validation(self.rollout_dump, self._validation_rows, self.global_steps, library)
-        self._validation_rows = []
+        self.forge.end_validation(self.global_steps)
 
     def on_step_begin(self):
         super().on_step_begin()
-        self.library.begin_iteration(self.global_steps - 1)
+        self.forge.begin_iteration(self.global_steps - 1)
 
     # ------------------------------------------------------------ advantage step
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
-        estimator = str(self.config.algorithm.adv_estimator)
-        step_level = estimator in STEP_ESTIMATORS
-        if step_level and self.config.algorithm.use_kl_in_reward:
-            raise ValueError(f"algorithm.use_kl_in_reward is not supported with the {estimator!r} estimator")
-        rows = read_rows(batch)
-        padded_mask = TensorDict({"m": rows.response_mask}, batch_size=len(batch)).to_padded_tensor()["m"]
-        computed = compute_batch_advantages(estimator, rows.uid, padded_mask, rows.extra, rows.real, self.config.algorithm)
-        if step_level:
-            computed.pop("group_keys")  # no tensor: the groups are the rows' own cluster ids (tests read them)
-            if self.distill:
-                self._add_distillation_advantages(batch, rows, computed, metrics)
-        fields = TensorDict(
-            {name: response_to_nested(value, rows.response_mask) for name, value in computed.items()}, batch_size=len(batch)
-        )
-        batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
-        self._log_rollout_actor_gap(batch, rows, metrics)
-        if not step_level:
-            return super()._compute_advantage(batch, metrics)
-        return self._apply_rollout_correction(batch, metrics)
-
-    def _log_rollout_actor_gap(self, batch: KVBatchMeta, rows: BatchRows, metrics: dict) -> None:
-        """forge/rollout_actor_logprob_diff_max: the rollout server's and the actor's log-probs of the same tokens."""
-        if not has_rollout_log_probs(self.config):
-            return
-        keys = [batch.keys[i] for i in np.flatnonzero(rows.real)]
-        data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id,
-                               select_fields=["rollout_log_probs", "old_log_probs", "response_mask"]).to_padded_tensor()
-        metrics["forge/rollout_actor_logprob_diff_max"] = logprob_gap_max(
-            data["rollout_log_probs"], data["old_log_probs"], data["response_mask"]
-        )
-
-    def _apply_rollout_correction(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
-        """verl's rollout correction (IS weights, rejection mask, rollout_corr/* metrics) for the step-level
-        estimators, whose advantages do not go through verl's own advantage step; same conditions as verl's."""
-        if not rollout_correction_runs(self.config):
+        batch = advantage_step(batch, self.forge, metrics)
+        if str(self.config.algorithm.adv_estimator) in STEP_ESTIMATORS:
             return batch
-        config = self.config.algorithm.rollout_correction
-        names = ["old_log_probs", "rollout_log_probs", "response_mask"]
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=names)
-        nested_mask = data["response_mask"]
-        proto, correction_metrics = compute_rollout_correction_and_add_to_batch(
-            DataProto(batch=data.to_padded_tensor()), config
-        )
-        metrics.update(correction_metrics)
-        out = {"response_mask": response_to_nested(proto.batch["response_mask"], nested_mask)}
-        if "rollout_is_weights" in proto.batch:
-            out["rollout_is_weights"] = response_to_nested(proto.batch["rollout_is_weights"], nested_mask)
-        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(out, batch_size=len(batch)))
+        return super()._compute_advantage(batch, metrics)
 
     # ------------------------------------------------------------ self-distillation
     def _compute_old_log_prob(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         batch = super()._compute_old_log_prob(batch, metrics)
-        if self.distill:
+        if self.forge.distill:
             batch = self._add_student_rows(batch)
         return batch
 
@@ -315,55 +327,29 @@ class ForgeTrainer(PPOTrainerSync):
         return KVBatchMeta(partition_id=batch.partition_id, keys=list(batch.keys) + list(meta.keys),
                            tags=list(batch.tags) + list(meta.tags), extra_info=dict(batch.extra_info))
 
-    def _add_distillation_advantages(self, batch: KVBatchMeta, rows: BatchRows, computed: dict, metrics: dict) -> None:
-        """The advantage of every distillation row: ``-w (log pi(a_t | plain) - log pi(a_t | with library))`` per
-        response token (the sampled-token estimate of the reverse KL from the student to the teacher), with ``w``
-        ramped by the library's fill ratio up to ``max_distill_weight``."""
-        forge = self.config.algorithm.forge
-        capacity = 3 * (int(forge.golden_capacity_per_level) + int(forge.warning_capacity_per_level))
-        weight = distillation_weight(len(self.library.system.library), capacity, float(forge.max_distill_weight))
-        students = np.flatnonzero(rows.student)
-        metrics["forge/distill_weight"] = weight
-        metrics["forge/distill_rows"] = float(len(students))
-        if not len(students):
-            return
-        position = {key: i for i, key in enumerate(batch.keys)}
-        teachers = [position[batch.tags[i][STUDENT_TAG]] for i in students]
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["old_log_probs", "response_mask"])
-        padded = data.to_padded_tensor()
-        student_lp, teacher_lp = padded["old_log_probs"][students], padded["old_log_probs"][teachers]
-        mask = padded["response_mask"][students]
-        term = distillation_advantage(student_lp, teacher_lp, mask, weight)
-        computed["advantages"][students] = term
-        computed["returns"][students] = term
-        metrics["forge/distill_logprob_gap"] = float(((student_lp - teacher_lp) * mask).sum() / mask.sum().clamp(min=1))
-
     # ------------------------------------------------------------- iteration end
     def step(self, metrics: dict, timing_raw: dict) -> KVBatchMeta:
         batch = super().step(metrics, timing_raw)
         rows = read_rows(batch)
         # the rows keep the clusters that drove their retrieval (the workers' ids), the advantage's step groups:
         # evolution reports those groups, then files the steps under the driver's own clusters
-        self._iteration_rows = [rows.extra[i] for i in np.flatnonzero(rows.real)]
-        metrics.update(step_batch.episode_metrics(StepSamples.from_rows(self._iteration_rows)))
+        metrics.update(self.forge.keep_iteration([rows.extra[i] for i in np.flatnonzero(rows.real)]))
         return batch
 
     def on_step_end(self):
         # After verl's weight sync the rollout servers are awake again: the LLM extractor (if configured) is
-        # served by the updated policy. The metrics reach this step's log through verl's pending-sync metrics.
+        # served by the updated policy.
         super().on_step_end()
-        with marked_timer("forge_library", self.timing_raw, color="purple"):
-            library_metrics = self.library.end_iteration(self._iteration_rows, self.global_steps - 1)
-        self._iteration_rows = []
-        self._pending_sync_metrics = {**(getattr(self, "_pending_sync_metrics", None) or {}), **library_metrics}
-        if self._checkpoint_folder is not None:
-            # verl saved its checkpoint before on_step_end; the library joins it once this iteration evolved it
-            self.library.save(os.path.join(self._checkpoint_folder, "forge_library"))
-            self._checkpoint_folder = None
+        self._log_with_this_step(self.forge.end_iteration(self.global_steps - 1, self.timing_raw))
+
+    def _log_with_this_step(self, metrics: dict) -> None:
+        """Add ``metrics`` to this step's log. verl merges ``_pending_sync_metrics`` (the weight sync's own figures,
+        which its on_step_end sets) into the step's metrics right after on_step_end."""
+        self._pending_sync_metrics = {**(getattr(self, "_pending_sync_metrics", None) or {}), **metrics}
 
     def _save_checkpoint(self):
         super()._save_checkpoint()
-        self._checkpoint_folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        self.forge.checkpoint_saved(os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"))
 
     def _load_checkpoint(self):
         from recipe.forge.durable import CheckpointError
@@ -372,11 +358,11 @@ class ForgeTrainer(PPOTrainerSync):
         if self.config.trainer.resume_mode == "auto":
             refuse_fresh_start(self.config.trainer.default_local_dir)  # verl would start over and overwrite them
         result = super()._load_checkpoint()
-        if self.global_steps > 0 and self.library.enabled:
+        if self.global_steps > 0 and self.forge.library.enabled:
             folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
             library = os.path.join(folder, "forge_library")
             if not os.path.exists(library):  # stopped between verl's save and the library's (on_step_end)
                 raise CheckpointError(f"{folder} has no forge_library: the run stopped before the library joined "
                                       "this checkpoint; resume the previous one (trainer.resume_mode=resume_path)")
-            self.library.system.load(library)  # checked in full before it replaces the library
+            self.forge.library.system.load(library)  # checked in full before it replaces the library
         return result

@@ -1,0 +1,108 @@
+"""SLEA-RL's state on verl's driver across iterations, apart from verl's trainer: the experience library and the
+rows it evolves from, whether self-distillation runs, the library's place in verl's checkpoints, and the
+validation dump.
+
+ForgeTrainer (trainer.py) builds one :class:`ForgeSteps` and calls it from verl's hooks, in this order:
+
+* ``begin_iteration`` when an iteration starts: the library is published to the agent-loop workers;
+* ``keep_iteration`` after verl's step, with the iteration's step rows: their episode metrics;
+* ``checkpoint_saved`` when verl wrote a checkpoint this iteration;
+* ``end_iteration`` after verl's weight sync: evolution from the kept rows, the forge/* metrics, and the library
+  saved into that checkpoint;
+* ``begin_validation``, ``keep_validation_batch``, ``end_validation`` around a validation pass: with
+  ``trainer.rollout_data_dir`` its rows are dumped as ``val/<global step>.jsonl``.
+
+It needs no actor worker (only Ray, for the library's broker), so it runs without verl's trainer as well.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Sequence
+
+from verl.utils.debug import marked_timer
+
+from recipe.forge.engines.local.rollout_dump import decoded_prompt, rollout_dump
+from recipe.forge.engines.verl import step_batch
+from recipe.forge.engines.verl.distill import check_distillation_config
+from recipe.forge.engines.verl.library_driver import LibraryDriver, RolloutServerLLM
+from recipe.forge.engines.verl.validation_dump import fetch_rows, write_validation
+from recipe.forge.step_samples import StepSamples
+
+
+class ForgeSteps:
+    """The driver's SLEA-RL state; see the module docstring for the order of the calls.
+
+    Attributes:
+        config: the run's verl config.
+        library: the LibraryDriver (disabled for the estimators other than forge).
+        distill: self-distillation runs (``algorithm.forge.use_distillation`` with a library).
+    """
+
+    def __init__(self, config: Any, llm_addresses: Callable[[], Any] | None = None,
+                 decode: Callable[[list[int]], str] | None = None):
+        """``llm_addresses`` (-> the rollout servers' addresses) serves ``algorithm.forge.extractor=llm``;
+        ``decode`` (token ids -> text) writes the prompts of the validation dump (``trainer.rollout_data_dir``)."""
+        self.config = config
+        dump_dir = config.trainer.get("rollout_data_dir")
+        llm_extractor = str(config.algorithm.forge.extractor) == "llm"
+        if llm_extractor and llm_addresses is None:
+            raise ValueError("algorithm.forge.extractor=llm needs the rollout servers' addresses (llm_addresses)")
+        if dump_dir and decode is None:
+            raise ValueError("trainer.rollout_data_dir needs the tokenizer's decode to write the prompts")
+        llm = RolloutServerLLM(llm_addresses) if llm_extractor else None
+        self.library = LibraryDriver.from_trainer_config(config, llm=llm)
+        self.distill = bool(config.algorithm.forge.use_distillation) and self.library.enabled
+        if self.distill:
+            from agent_system.environments.config import env_config_from_mapping
+            from omegaconf import OmegaConf
+
+            check_distillation_config(config.algorithm, env_config_from_mapping(OmegaConf.to_container(config.env)))
+        self._dump = rollout_dump(dump_dir, decoded_prompt(decode))
+        self._iteration_rows: list[dict] = []
+        self._checkpoint_folder: str | None = None
+        self._validation_rows: list[dict] = []
+
+    def begin_iteration(self, iteration: int) -> None:
+        """Open ``iteration`` (counted from 0: verl's global step minus one) and publish the library to the
+        agent-loop workers."""
+        self.library.begin_iteration(iteration)
+
+    def keep_iteration(self, rows: Sequence[dict]) -> dict[str, float]:
+        """Keep this iteration's step rows (their extra_fields; no padding or distillation row) for
+        ``end_iteration``; returns their episode metrics (success rate, return, length, valid actions)."""
+        self._iteration_rows = list(rows)
+        return step_batch.episode_metrics(StepSamples.from_rows(self._iteration_rows))
+
+    def checkpoint_saved(self, folder: str) -> None:
+        """verl wrote this iteration's checkpoint into ``folder``: ``end_iteration`` saves the library into it once
+        this iteration evolved it."""
+        self._checkpoint_folder = folder
+
+    def end_iteration(self, iteration: int, timing_raw: dict) -> dict[str, float]:
+        """Evolve the library from the kept rows (timed as ``forge_library`` in ``timing_raw``), then save it into
+        the checkpoint verl wrote this iteration, if any; returns the forge/* metrics of the evolution."""
+        with marked_timer("forge_library", timing_raw, color="purple"):
+            metrics = self.library.end_iteration(self._iteration_rows, iteration)
+        self._iteration_rows = []
+        if self._checkpoint_folder is not None:
+            self.library.save(os.path.join(self._checkpoint_folder, "forge_library"))
+            self._checkpoint_folder = None
+        return metrics
+
+    def begin_validation(self, iteration: int) -> None:
+        """Publish the library as it is now, so validation after ``iteration`` runs with the library evolved from it
+        (the iteration's own publication predates that evolution), as on the embedded engine."""
+        self.library.begin_iteration(iteration)
+        self._validation_rows = []
+
+    def keep_validation_batch(self, batch: Any) -> None:
+        """Keep the rows of a validation batch (a KVBatchMeta) verl sampled, before verl clears them."""
+        self._validation_rows.extend(fetch_rows(batch))
+
+    def end_validation(self, global_step: int) -> None:
+        """With ``trainer.rollout_data_dir``: the pass's kept rows as ``val/<global_step>.jsonl``."""
+        if self._dump is not None:
+            library = self.library.system.library if self.library.enabled else None
+            write_validation(self._dump, self._validation_rows, global_step, library)
+        self._validation_rows = []
