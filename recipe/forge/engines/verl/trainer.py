@@ -244,7 +244,7 @@ class ForgeTrainer(PPOTrainerSync):
 
     def _build_replay_buffer(self):
         """verl's replay buffer; with ``trainer.rollout_data_dir`` it hands each validation batch it samples to
-        :meth:`keep_validation_batch` (verl clears a batch from TransferQueue right after reading it)."""
+        ForgeSteps.keep_validation_batch (verl clears a batch from TransferQueue right after reading it)."""
         buffer = super()._build_replay_buffer()
         if not self.config.trainer.get("rollout_data_dir"):
             return buffer
@@ -343,8 +343,8 @@ class ForgeTrainer(PPOTrainerSync):
         self._log_with_this_step(self.forge.end_iteration(self.global_steps - 1, self.timing_raw))
 
     def _log_with_this_step(self, metrics: dict) -> None:
-        """Add ``metrics`` to this step's log. verl merges ``_pending_sync_metrics`` (the weight sync's own figures,
-        which its on_step_end sets) into the step's metrics right after on_step_end."""
+        """Add ``metrics`` to this step's log: verl merges ``_pending_sync_metrics`` (where its on_step_end may
+        leave the weight sync's own figures) into the step's metrics right after on_step_end."""
         self._pending_sync_metrics = {**(getattr(self, "_pending_sync_metrics", None) or {}), **metrics}
 
     def _save_checkpoint(self):
