@@ -1,5 +1,5 @@
 """Driver-side pieces of the verl engine that need no Ray: rows -> trajectories, library save/load through the
-trainer's driver, start-up validation of run_verl, and the agent loop's message layout."""
+trainer's driver, start-up validation of run_verl, and the agent loop's message layout and rows."""
 
 from __future__ import annotations
 
@@ -7,23 +7,28 @@ import numpy as np
 import pytest
 
 from agent_system.config_checks import ConfigError
+from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
 from agent_system.multi_turn_rollout.step import build_messages
 from recipe.forge.engines.verl.agent_loop import view_image
 from recipe.forge.engines.verl.episode import EpisodeView
-from recipe.forge.engines.verl.library_driver import LibraryDriver, rows_to_trajectories
+from recipe.forge.engines.verl.library_driver import LibraryDriver
+from recipe.forge.engines.verl.row_codec import StepExtras, row_from_record, trajectories_from_rows
 from recipe.forge.experience.metrics import reward_metrics
 
 
 def make_rows():
+    """Two 2-step episodes of one task as the agent loop's rows (their extra_fields), rows out of step order."""
     def r(traj, step, reward, valid, ret, success, obs):
-        return {
-            "traj_uid": traj, "step_index": step, "step_reward": reward, "is_action_valid": valid,
-            "episode_return": ret, "success": success, "anchor_obs": obs, "cluster_id": None, "action": f"a{step}",
-            "response_text": f"<action>a{step}</action>", "prompt_text": f"prompt {obs}", "experience_text": "",
-            "task": "push the box", "task_type": None, "experience_ids": [], "library_version": 0,
-            "failure_reason": None, "admissible_actions": ["push", f"wait{step}"],
-            "expert_action": "push" if step == 0 else None,
-        }
+        messages = [{"role": "user", "content": f"prompt {obs}"}]
+        record = StepRecord(
+            uid=traj.rsplit("-", 1)[0], traj_uid=traj, step=step, anchor_obs=obs, messages=messages,
+            plain_messages=messages, response_text=f"<action>a{step}</action>", action=f"a{step}", prompt_ids=[],
+            response_ids=[], logprobs=[], reward=reward, is_action_valid=valid, done=step == 1,
+            admissible_actions=("push", f"wait{step}"), expert_action="push" if step == 0 else None,
+        )
+        episode = TrajectoryRecord(uid=record.uid, traj_uid=traj, task="push the box", task_type=None, steps=[],
+                                   episode_reward=ret, success=success, length=2)
+        return row_from_record(record, episode, StepExtras(library_version=0))
 
     return [
         r("u-1", 1, 10.0, True, 9.9, True, "room B"), r("u-1", 0, -0.1, True, 9.9, True, "room A"),
@@ -32,7 +37,7 @@ def make_rows():
 
 
 def test_rows_regroup_into_ordered_trajectories():
-    trajs = {t.traj_uid: t for t in rows_to_trajectories(make_rows())}
+    trajs = {t.traj_uid: t for t in trajectories_from_rows(make_rows())}
     assert set(trajs) == {"u-1", "u-2"}
     won = trajs["u-1"]
     assert [s.step for s in won.steps] == [0, 1] and [s.anchor_obs for s in won.steps] == ["room A", "room B"]
@@ -99,11 +104,9 @@ def test_the_agent_loop_gives_the_shared_message_builder_its_image_as_a_pil_imag
 
 @pytest.mark.parametrize("task_score", [None, 0.8])
 def test_agent_loop_rows_carry_the_final_task_score_where_the_env_has_one(task_score):
-    from types import SimpleNamespace
-
     from agent_system.multi_turn_rollout.protocols import GenerationOutput, StepQuery
     from agent_system.multi_turn_rollout.step import finish_step, prepare_steps
-    from recipe.forge.engines.verl.agent_loop import EpisodeStep, ForgeAgentLoop, ServerGeneration
+    from recipe.forge.engines.verl.agent_loop import EpisodeStep, ServerGeneration, episode_outputs
     from recipe.forge.engines.verl.episode import StepOutcome
 
     view = EpisodeView(prompt="p", anchor_obs="page", image=None, task="buy shoes", task_type=None)
@@ -119,9 +122,8 @@ def test_agent_loop_rows_carry_the_final_task_score_where_the_env_has_one(task_s
         generation = ServerGeneration(output, has_logprobs=True, multi_modal_data=None, server_fields={})
         return EpisodeStep(record, prepared.experience, view, outcome, generation, 0.1, None)
 
-    fake_loop = SimpleNamespace(tokenizer=SimpleNamespace(eos_token_id=0))
     first_score = None if task_score is None else 0.0
-    rows = ForgeAgentLoop._outputs(fake_loop, [step(0, 0.0, first_score), step(1, 0.0, task_score)], 2, 0.5)
+    rows = episode_outputs([step(0, 0.0, first_score), step(1, 0.0, task_score)], 2, 0.5, eos_token_id=0)
     infos = [row.extra_fields["reward_extra_info"] for row in rows]
     if task_score is None:
         assert all("task_score" not in info for info in infos)
@@ -146,11 +148,9 @@ def test_library_driver_credits_lessons_by_step_returns_with_the_algorithms_gamm
 
 
 def test_agent_loop_rows_carry_the_expert_action_and_the_driver_reads_it_back():
-    from types import SimpleNamespace
-
     from agent_system.multi_turn_rollout.protocols import GenerationOutput, StepQuery
     from agent_system.multi_turn_rollout.step import finish_step, prepare_steps
-    from recipe.forge.engines.verl.agent_loop import EpisodeStep, ForgeAgentLoop, ServerGeneration
+    from recipe.forge.engines.verl.agent_loop import EpisodeStep, ServerGeneration, episode_outputs
     from recipe.forge.engines.verl.episode import StepOutcome
 
     def step(index, expert):
@@ -165,10 +165,9 @@ def test_agent_loop_rows_carry_the_expert_action_and_the_driver_reads_it_back():
         generation = ServerGeneration(output, has_logprobs=True, multi_modal_data=None, server_fields={})
         return EpisodeStep(record, prepared.experience, view, outcome, generation, 0.1, None)
 
-    fake_loop = SimpleNamespace(tokenizer=SimpleNamespace(eos_token_id=0))
-    rows = ForgeAgentLoop._outputs(fake_loop, [step(0, "+"), step(1, None)], 2, 0.5)
+    rows = episode_outputs([step(0, "+"), step(1, None)], 2, 0.5, eos_token_id=0)
     assert [row.extra_fields["expert_action"] for row in rows] == ["+", None]
-    [trajectory] = rows_to_trajectories([row.extra_fields for row in rows])
+    [trajectory] = trajectories_from_rows([row.extra_fields for row in rows])
     assert [s.expert_action for s in trajectory.steps] == ["+", None]
 
 

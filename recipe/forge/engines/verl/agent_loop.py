@@ -4,13 +4,13 @@ Per step, through the step path both engines share (agent_system/multi_turn_roll
 published snapshot) retrieves experiences for the raw observation and the messages are built
 (``prepare_steps``); they are tokenised with verl's Continuous Token builder and verl's server manager generates;
 the response is projected and applied to the environment in a thread pool, and ``finish_step`` makes the step's
-StepRecord, whose fields become the training row's extra_fields.
+StepRecord, which the row codec (row_codec.py) writes into the training row's extra_fields.
 
 ``run()`` returns one AgentLoopOutput per step; verl stores each as its own training row. Two verl 0.9.1
 behaviours shape the output:
 
 * verl copies the LAST element's ``reward_score`` onto every row, so every row carries the same episode return
-  as reward_score and the per-step data lives in ``extra_fields`` (keys: step_batch.STEP_FIELDS);
+  as reward_score and the per-step data lives in ``extra_fields`` (row_codec.row_from_record);
 * rows without ``extra_fields["reward_extra_info"]`` never reach the batch, so every row has one (episode
   outcome scalars, which verl's validation also aggregates).
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 from uuid import uuid4
 
 from omegaconf import OmegaConf
@@ -27,10 +27,12 @@ from PIL import Image
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from agent_system.environments.config import env_config_from_mapping
-from agent_system.multi_turn_rollout.protocols import GenerationOutput, StepExperience, StepQuery, StepRecord
+from agent_system.multi_turn_rollout.protocols import (GenerationOutput, StepExperience, StepQuery, StepRecord,
+                                                       TrajectoryRecord)
 from agent_system.multi_turn_rollout.step import finish_step, prepare_steps, response_text
 from recipe.forge.engines.verl.episode import EpisodeSession, EpisodeView, StepOutcome
 from recipe.forge.engines.verl.library_channel import NO_LIBRARY, WORKER_LIBRARY
+from recipe.forge.engines.verl.row_codec import StepExtras, row_from_record
 
 AGENT_NAME = "forge_agent"
 ACTION_STOP = ("</action>",)  # the embedded engine stops there too; the stop string stays in the response
@@ -155,74 +157,85 @@ class ForgeAgentLoop(AgentLoopBase):
         )
 
     # ---------------------------------------------------------------- outputs
-    def _outputs(self, steps: list[EpisodeStep], version: int, env_seconds: float) -> list[AgentLoopOutput]:
-        """One AgentLoopOutput per step: the StepRecord's fields as extra_fields (step_batch.STEP_FIELDS and the
-        episode fields the driver reads back), every row with the episode's outcome."""
-        records = [s.record for s in steps]
-        episode_return = float(sum(r.reward for r in records))
-        won = steps[-1].outcome.won if steps else False
-        failure = next((s.outcome.failure_reason for s in steps if s.outcome.failure_reason), None)
-        outcome_info = {
-            "episode_return": episode_return,
-            "success": float(won),
-            "episode_length": float(len(steps)),
-            "valid_action_ratio": float(sum(r.is_action_valid for r in records) / max(len(steps), 1)),
+    def _outputs(self, steps: list[EpisodeStep], version: int | None, env_seconds: float) -> list[AgentLoopOutput]:
+        """:func:`episode_outputs` with this loop's tokenizer's EOS."""
+        return episode_outputs(steps, version, env_seconds, self.tokenizer.eos_token_id)
+
+
+def episode_trajectory(steps: Sequence[EpisodeStep]) -> TrajectoryRecord:
+    """The TrajectoryRecord of an episode's steps (at least one): task and outcome as the last step left them,
+    the failure reason of the first step that had one."""
+    records = [s.record for s in steps]
+    last = steps[-1]
+    return TrajectoryRecord(
+        uid=records[0].uid,
+        traj_uid=records[0].traj_uid,
+        task=last.view.task,
+        task_type=last.view.task_type,
+        steps=records,
+        episode_reward=float(sum(r.reward for r in records)),
+        success=bool(last.outcome.won),
+        length=len(records),
+        failure_reason=next((s.outcome.failure_reason for s in steps if s.outcome.failure_reason), None),
+    )
+
+
+def outcome_info(trajectory: TrajectoryRecord, task_score: float | None) -> dict[str, float]:
+    """The episode's ``reward_extra_info`` (verl's validation aggregates every key): return, success, length and
+    valid-action ratio, and ``task_score`` (WebShop / AppWorld's graded outcome) where the environment gives one."""
+    info = {
+        "episode_return": float(trajectory.episode_reward),
+        "success": float(trajectory.success),
+        "episode_length": float(trajectory.length),
+        "valid_action_ratio": float(sum(r.is_action_valid for r in trajectory.steps) / max(trajectory.length, 1)),
+    }
+    if task_score is not None:
+        info["task_score"] = float(task_score)
+    return info
+
+
+def episode_outputs(steps: Sequence[EpisodeStep], version: int | None, env_seconds: float,
+                    eos_token_id: int) -> list[AgentLoopOutput]:
+    """One AgentLoopOutput per step of an episode (none for no steps): the step's tokens in verl's fields, its
+    StepRecord, episode and extras in ``extra_fields`` (row_codec.row_from_record), every row with the episode's
+    outcome as reward_score and reward_extra_info (the last step's task score); ``version``: the library the
+    episode retrieved from (None: none), ``env_seconds``: the episode's time in the environment; an empty
+    generation becomes one masked ``eos_token_id``."""
+    if not steps:
+        return []
+    trajectory = episode_trajectory(steps)
+    info = outcome_info(trajectory, steps[-1].outcome.task_score)
+    library_version = int(version) if version is not None else NO_LIBRARY
+    outputs = []
+    for s in steps:
+        record = s.record
+        response_ids = record.response_ids
+        logprobs = record.logprobs if s.generation.has_logprobs else None
+        mask = [1] * len(response_ids)
+        if not response_ids:
+            # An empty generation still is a step of the episode; one masked EOS keeps the row well formed.
+            response_ids, mask = [eos_token_id], [0]
+            logprobs = [0.0] if logprobs is not None else None
+        extras = StepExtras(library_version, s.experience.text, bool(s.experience.fallback), s.student_prompt_ids)
+        server_fields = s.generation.server_fields
+        global_steps = server_fields.get("global_steps")
+        extra = {
+            **row_from_record(record, trajectory, extras),
+            "reward_extra_info": dict(info),
+            "min_global_steps": server_fields.get("min_global_steps", global_steps),
+            "max_global_steps": server_fields.get("max_global_steps", global_steps),
         }
-        if steps and steps[-1].outcome.task_score is not None:
-            # WebShop / AppWorld's graded outcome; verl's validation aggregates every reward_extra_info key
-            outcome_info["task_score"] = float(steps[-1].outcome.task_score)
-        outputs = []
-        for s in steps:
-            record = s.record
-            response_ids = record.response_ids
-            logprobs = record.logprobs if s.generation.has_logprobs else None
-            mask = [1] * len(response_ids)
-            if not response_ids:
-                # An empty generation still is a step of the episode; one masked EOS keeps the row well formed.
-                response_ids, mask = [self.tokenizer.eos_token_id], [0]
-                logprobs = [0.0] if logprobs is not None else None
-            extra = {
-                "step_reward": record.reward,
-                "is_action_valid": record.is_action_valid,
-                "anchor_obs": record.anchor_obs,
-                "cluster_id": None if record.cluster_id is None else int(record.cluster_id),
-                "traj_uid": record.traj_uid,
-                "step_index": record.step,
-                "episode_return": episode_return,
-                "success": won,
-                "library_version": int(version) if version is not None else NO_LIBRARY,
-                "action": record.action,
-                "admissible_actions": list(record.admissible_actions),
-                "expert_action": record.expert_action,
-                "response_text": record.response_text,
-                "task": s.view.task,
-                "task_type": s.view.task_type,
-                "experience_ids": list(record.experience_ids),
-                "experience_text": s.experience.text,
-                "experience_placement": s.experience.placement,
-                "prompt_text": s.view.prompt,
-                "experience_fallback": bool(s.experience.fallback),
-                "student_prompt_ids": s.student_prompt_ids,
-                "failure_reason": failure,
-                "reward_extra_info": dict(outcome_info),
-            }
-            server_fields = s.generation.server_fields
-            global_steps = server_fields.get("global_steps")
-            extra["min_global_steps"] = server_fields.get("min_global_steps", global_steps)
-            extra["max_global_steps"] = server_fields.get("max_global_steps", global_steps)
-            outputs.append(
-                AgentLoopOutput(
-                    prompt_ids=record.prompt_ids,
-                    response_ids=response_ids,
-                    response_mask=mask,
-                    response_logprobs=logprobs,
-                    multi_modal_data=s.generation.multi_modal_data,
-                    reward_score=episode_return,
-                    num_turns=2,
-                    metrics=AgentLoopMetrics(
-                        generate_sequences=s.gen_seconds, tool_calls=env_seconds / max(len(steps), 1)
-                    ),
-                    extra_fields=extra,
-                )
+        outputs.append(
+            AgentLoopOutput(
+                prompt_ids=record.prompt_ids,
+                response_ids=response_ids,
+                response_mask=mask,
+                response_logprobs=logprobs,
+                multi_modal_data=s.generation.multi_modal_data,
+                reward_score=trajectory.episode_reward,
+                num_turns=2,
+                metrics=AgentLoopMetrics(generate_sequences=s.gen_seconds, tool_calls=env_seconds / len(steps)),
+                extra_fields=extra,
             )
-        return outputs
+        )
+    return outputs

@@ -1,21 +1,17 @@
-"""The verl engine's step rows: which extra_fields the forge agent loop writes, and the episode metrics of a batch.
+"""The episode metrics of a batch of the verl engine's step rows.
 
 verl stores every element of an agent loop's ``list[AgentLoopOutput]`` as its own row and copies the LAST
 element's ``reward_score`` onto every row of the episode, so the agent loop carries each step's data in
-``extra_fields`` (:data:`STEP_FIELDS`). The step samples, token-level scores, step returns and advantages made
-from them are the ones the embedded engine uses (recipe/forge/step_samples.py); the trainer only places them in
-its padded batch (trainer.compute_batch_advantages).
+``extra_fields`` (written by row_codec.row_from_record). The step samples, token-level scores, step returns and
+advantages made from them are the ones the embedded engine uses (recipe/forge/step_samples.py); the trainer only
+places them in its padded batch (trainer.compute_batch_advantages).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from recipe.forge.step_samples import ROW_FIELDS, StepSamples
-
-# Keys the forge agent loop writes into every row's extra_fields: the step sample's, and the library snapshot
-# the step was generated with (int, -1: none).
-STEP_FIELDS = (*ROW_FIELDS, "library_version")
+from recipe.forge.step_samples import StepSamples
 
 
 def episode_metrics(samples: StepSamples) -> dict[str, float]:

@@ -5,7 +5,7 @@ verl's ``_validate`` samples each validation batch from its replay buffer (parti
 own metrics need and clears the batch from TransferQueue. :class:`ValidationRowTap` wraps the replay buffer and,
 as each ``val`` batch is sampled, keeps its rows: the extra_fields the forge agent loop wrote from its
 StepRecords, with the row's prompt ids. At the end of the pass the rows go back into TrajectoryRecords through
-the row codec the library driver uses (``library_driver.rows_to_trajectories``) and out through the same line
+the row codec the library driver uses (``row_codec.trajectories_from_rows``) and out through the same line
 writer as the embedded engine's, so both engines write the same fields.
 
 verl's validation is one pass, with the library the workers hold (SLEA-RL's ``val_no_library`` pass exists on
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from recipe.forge.engines.local.rollout_dump import RolloutDump, shown_entries
-from recipe.forge.engines.verl.library_driver import rows_to_trajectories
+from recipe.forge.engines.verl.row_codec import trajectories_from_rows
 
 VAL_PARTITION = "val"  # verl's TransferQueue partition of validation batches
 
@@ -59,5 +59,5 @@ def write_validation(dump: RolloutDump, rows: Sequence[dict], global_steps: int,
     if foreign:
         raise ValueError(f"{foreign} of {len(rows)} validation rows carry no forge step fields in extra_fields: the "
                          "rollout dump needs actor_rollout_ref.rollout.agent.default_agent_loop=forge_agent")
-    trajectories = rows_to_trajectories(rows)
+    trajectories = trajectories_from_rows(rows)
     return dump.write(trajectories, global_steps, shown_entries(trajectories, library), pass_name=VAL_PARTITION)
