@@ -1,6 +1,10 @@
 """The step-sample core both engines share (recipe/forge/step_samples.py): samples from StepRecords and from verl
-rows agree, token-level scores and penalised step returns by hand and against a naive loop, the estimators'
-advantage, and the one rule for forge steps without a cluster id (an error on every path)."""
+rows agree, token-level scores by hand, penalised step returns against a naive loop, the estimators' advantage,
+and the one rule for forge steps without a cluster id (an error on every path).
+
+The same steps read from verl rows go through the verl trainer's advantage step in
+tests/verl_engine/test_step_batch.py, which holds the checks both files would share: step returns and row 0's
+forge advantage by hand, forge's and gigpo's advantage against recipe/forge/core_forge.py."""
 
 from __future__ import annotations
 
@@ -70,12 +74,6 @@ def test_rows_without_step_fields_are_named():
         StepSamples.from_rows(broken)
 
 
-def test_step_returns_by_hand():
-    samples = StepSamples.from_records(records(), RETURNS, SUCCESS)
-    # a: R0 = 0 + .5*(-1) + .25*10 = 2, R1 = -1 + .5*10 = 4, minus 0.1 (invalid) = 3.9, R2 = 10; b: 0, 0; c: 1
-    np.testing.assert_allclose(step_returns(samples, GAMMA, COEF), [2.0, 3.9, 10.0, 0.0, 0.0, 1.0])
-
-
 def test_step_returns_match_a_naive_loop_on_shuffled_steps():
     rng = np.random.default_rng(0)
     steps = [(f"t{t}", s, float(rng.normal()), bool(rng.random() < 0.7)) for t in range(5) for s in range(rng.integers(1, 6))]
@@ -111,18 +109,14 @@ def _inputs():
     return samples, mask, scores, step_returns(samples, GAMMA, COEF)
 
 
-def test_forge_advantage_groups_steps_by_cluster_and_matches_the_core():
+def test_forge_advantage_is_also_its_returns():
     samples, mask, scores, returns = _inputs()
     algorithm = ForgeAlgoConfig(gamma=GAMMA, invalid_action_penalty_coef=COEF)
     adv, ret = samples_advantage("forge", scores, mask, samples, returns, algorithm)
-    expected, _ = compute_forge_advantage(scores, returns, mask, samples.uid, samples.traj_uid, samples.cluster_id)
-    torch.testing.assert_close(adv, expected)
-    torch.testing.assert_close(ret, expected)
-    # row 0 by hand: episode 9 - mean(9, 8.9, 9, 0, 0) = 3.62; step group (u1, 7) = {2.0, 0.0} -> +1
-    assert float(adv[0, 0]) == pytest.approx(3.62 + 1.0, abs=1e-5)
+    torch.testing.assert_close(ret, adv)
 
 
-def test_gigpo_advantage_groups_steps_by_anchor_and_matches_the_core():
+def test_gigpo_advantage_needs_no_cluster_ids_and_matches_the_core():
     samples, mask, scores, returns = _inputs()
     samples.cluster_id[:] = None  # gigpo never reads clusters
     adv, _ = samples_advantage("gigpo", scores, mask, samples, returns, {"gigpo": GiGPOConfig()})
