@@ -40,7 +40,7 @@ def run(iterations: int, tasks: int, group: int, env_name: str, max_steps: int, 
     ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         cfg = compose(config_name="forge_trainer", overrides=overrides)
-    trainer = LocalTrainer(cfg, validate(cfg), Components(policy=script_policy("tiny", tiny=True)))
+    trainer = LocalTrainer(validate(cfg), Components(policy=script_policy("tiny", tiny=True)))
     started = time.perf_counter()
     history = trainer.fit()
     wall = time.perf_counter() - started

@@ -100,7 +100,7 @@ def build_trainer(threads: int, seed: int):
                  f"trainer.default_local_dir={out}", f"algorithm.forge.checkpoint_dir={out}/library"]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         cfg = compose(config_name="forge_trainer", overrides=overrides)
-    return LocalTrainer(cfg, validate(cfg))
+    return LocalTrainer(validate(cfg))
 
 
 def record_iteration(trainer, iteration: int) -> tuple[dict, tuple, dict]:
@@ -129,7 +129,7 @@ def set_mode(trainer, mode: str) -> None:
         model.gradient_checkpointing_enable()
     else:
         model.gradient_checkpointing_disable()
-    trainer.updater.settings.share_prompt_prefix = share
+    trainer.updater.share_prompt_prefix = share
     trainer.generator.share_prompt_prefix = share
 
 
@@ -197,7 +197,7 @@ def generation_seconds(trainer, records, mode: str) -> tuple[float, list[list[in
     start = time.perf_counter()
     for step in steps:
         prompts = [r.prompt_ids for r in records if r.step == step]
-        tokens.extend(o.response_ids for o in trainer.generator.generate_ids(prompts, trainer.sampling()))
+        tokens.extend(o.response_ids for o in trainer.generator.generate_ids(prompts, trainer.run.rollout.sampling()))
     return time.perf_counter() - start, tokens
 
 
@@ -213,10 +213,10 @@ def run(threads: int, seed: int, warm_iterations: int, repeats: int) -> dict:
     metrics, (batch, advantages, *_), recorded = record_iteration(trainer, warm_iterations)
     profile = {k.split("/", 1)[1]: round(v, 2) for k, v in metrics.items() if k.startswith("timing_s/")}
 
-    s = trainer.updater.settings
-    every_row = s.use_kl_loss or s.entropy_coeff != 0.0 or recorded["kwargs"].get("distill") is not None
+    actor = trainer.updater.actor
+    every_row = actor.use_kl_loss or actor.entropy_coeff != 0.0 or recorded["kwargs"].get("distill") is not None
     trained = np.arange(len(batch)) if every_row else np.nonzero(advantages.abs().sum(-1).numpy() > 0)[0]
-    micro = s.micro_batch_size
+    micro = trainer.updater.micro_batch_rows
     chunks = [batch.packed.select(torch.as_tensor(trained[i:i + micro])) for i in range(0, len(trained), micro)]
     r_cols = batch.packed.responses.shape[1] + 1
     ceiling_rows = (micro * batch.packed.input_ids.shape[1], 256)

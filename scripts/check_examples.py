@@ -10,7 +10,7 @@ as ``"${NAME[@]}"``) are expanded element by element, files the script sources (
 command is split like a shell would. The overrides are then
 
 1. composed with Hydra against recipe/forge/config (a typo in a key fails here: verl's config is strict);
-2. validated with recipe.forge.config_schema.validate_config (SLEA-RL's keys and values);
+2. validated with recipe.forge.run_config.load_run_config (SLEA-RL's keys and values, typed);
 3. for ``trainer.engine=verl``, checked by verl's own ``validate_config`` (batch sizes against GPUs, micro
    batches, ...) after the same wiring run_verl applies, and its typed actor and rollout sections are
    instantiated (bad enum values fail here), the critic's batch settings included (the model files are
@@ -253,10 +253,10 @@ def check_lora_rank_without_vllm(cfg) -> None:
 
 
 def check_command(command: Command) -> None:
-    from recipe.forge.config_schema import validate_config
+    from recipe.forge.run_config import load_run_config
 
     cfg = compose(command)
-    validated = validate_config(cfg)
+    validated = load_run_config(cfg)
     if validated.engine == "verl":
         check_verl_side(cfg)
 

@@ -150,14 +150,14 @@ def model_measurements(cfg, probe_envs, recurrence_tasks: int, train_temperature
     from recipe.forge.engines.local.tiny import script_policy
     from recipe.forge.main_forge import validate
 
-    validated = validate(cfg)
-    components = Components(policy=script_policy(str(cfg.actor_rollout_ref.model.path), tiny=True)) if tiny else None
-    trainer = LocalTrainer(cfg, validated, components)
-    out = {"model": "tiny-random-llama" if tiny else str(cfg.actor_rollout_ref.model.path),
-           "response_prefix": trainer.settings.local.response_prefix, "compute_dtype": trainer.compute_dtype}
+    run = validate(cfg)
+    components = Components(policy=script_policy(run.policy.model_path, tiny=True)) if tiny else None
+    trainer = LocalTrainer(run, components)
+    out = {"model": "tiny-random-llama" if tiny else run.policy.model_path,
+           "response_prefix": run.local.response_prefix, "compute_dtype": trainer.compute_dtype}
     runs = [("base", True)] + ([("base_train_temperature", False)] if train_temperature else [])
     for name, validation in runs:
-        sampling = trainer.sampling(validation=validation)
+        sampling = run.rollout.sampling(validation=validation)
         started = time.perf_counter()
         batch = trainer.collector.collect(probe_envs, trainer.generator, sampling, dynamic_sampling=False)
         wall = time.perf_counter() - started

@@ -72,12 +72,12 @@ def probe(cfg, p: float, invalid: float, iterations: int, seed: int) -> dict:
     from agent_system.environments import make_envs
     from agent_system.multi_turn_rollout.protocols import SamplingParams
     from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
-    from recipe.forge.config_schema import validate_config
+    from recipe.forge.run_config import load_run_config
     from recipe.forge.experience.extract_credit import step_credit
     from recipe.forge.experience.evolution import partition, select
     from recipe.forge.experience.extract_rule import RuleExtractor
 
-    algorithm = validate_config(cfg).algorithm
+    algorithm = load_run_config(cfg).algorithm
     forge = algorithm.forge
     envs, _ = make_envs(cfg)
     generator = NoisyExpert(envs, p, invalid, seed)

@@ -204,7 +204,7 @@ def build_trainer_and_step(cfg) -> None:
             "trainer.local.progress=false", "actor_rollout_ref.rollout.response_length=4"]
     with tempfile.TemporaryDirectory() as out:
         merged = OmegaConf.merge(cfg, OmegaConf.from_dotlist(tiny + [f"trainer.default_local_dir={out}"]))
-        trainer = LocalTrainer(merged, validate(merged), Components(policy=script_policy("tiny", tiny=True)))
+        trainer = LocalTrainer(validate(merged), Components(policy=script_policy("tiny", tiny=True)))
         trainer.train_iteration(0)
 
 
@@ -405,7 +405,7 @@ def _resume_run(out: Path, iterations: int, policy) -> None:
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "algorithm.forge.warmup_iterations=0",
         "algorithm.forge.min_library_size=0", "algorithm.forge.library_save_freq=1",
     ])
-    LocalTrainer(cfg, validate(cfg), Components(policy=copy.deepcopy(policy))).fit()
+    LocalTrainer(validate(cfg), Components(policy=copy.deepcopy(policy))).fit()
 
 
 def attack_resume_kills(kills: int, iterations: int) -> dict:

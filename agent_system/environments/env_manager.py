@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
 from agent_system.environments.base import EnvironmentManagerBase
@@ -16,12 +17,12 @@ def _section(config: Any, key: str) -> Any:
 
 
 def env_config_of(config: Any) -> EnvConfig:
-    """The validated EnvConfig of a full run config (DictConfig or mapping with an ``env`` section),
-    or of an EnvConfig itself."""
-    if isinstance(config, EnvConfig):
-        env = config
+    """The validated EnvConfig of a full run config (DictConfig or mapping with an ``env`` section, or an object
+    whose ``env`` is an EnvConfig, such as a typed RunConfig), or of an EnvConfig itself."""
+    section = config if isinstance(config, EnvConfig) else _section(config, "env")
+    if isinstance(section, EnvConfig):
+        env = section
     else:
-        section = _section(config, "env")
         try:
             from omegaconf import DictConfig, OmegaConf
 
@@ -34,11 +35,12 @@ def env_config_of(config: Any) -> EnvConfig:
     return env
 
 
-def make_envs(config: Any) -> tuple[EnvironmentManagerBase, EnvironmentManagerBase]:
+def make_envs(config: Any, val_copies: int | None = None) -> tuple[EnvironmentManagerBase, EnvironmentManagerBase]:
     """Build the training manager (data.train_batch_size tasks x env.rollout.n copies, training seeds) and
-    the validation manager (data.val_batch_size tasks x env.rollout.n copies, held-out seeds from
-    env.val_seed_offset on)."""
+    the validation manager (data.val_batch_size tasks x ``val_copies`` copies, env.rollout.n when None, held-out
+    seeds from env.val_seed_offset on)."""
     env = env_config_of(config)
+    val_env = env if val_copies is None else dataclasses.replace(env, rollout=dataclasses.replace(env.rollout, n=val_copies))
     data = _section(config, "data")
     train_b = _section(data, "train_batch_size") if data is not None else None
     val_b = _section(data, "val_batch_size") if data is not None else None
@@ -46,5 +48,5 @@ def make_envs(config: Any) -> tuple[EnvironmentManagerBase, EnvironmentManagerBa
         raise ValueError("make_envs needs data.train_batch_size and data.val_batch_size in the run config")
     manager_class = get_env_manager_class(env.env_name)
     train = manager_class(env, num_tasks=int(train_b), split="train")
-    val = manager_class(env, num_tasks=int(val_b), split="val")
+    val = manager_class(val_env, num_tasks=int(val_b), split="val")
     return train, val

@@ -26,7 +26,6 @@ RETRIEVAL_MODES = ("observation", "task", "hybrid", "clustered")
 DIVERGENCES = ("kl", "reverse_kl", "jsd")
 EXTRACTORS = ("rule", "llm", "oracle")  # oracle: expert-action lessons, the ceiling (measurement only)
 LESSON_CREDITS = ("outcome", "step")  # state lessons credited by episode outcome (the paper) or by step return
-RESUME_MODES = ("disable", "auto", "resume_path")
 
 
 @dataclass
@@ -178,24 +177,12 @@ def check_config_values(cfg: DictConfig):
     from agent_system.environments.config import env_config_from_mapping
     from agent_system.environments.registry import known_env_names
 
-    trainer = _section(cfg, "trainer")
-    check_choice("trainer.engine", trainer.get("engine", "local"), ENGINES)
-    check_choice("trainer.resume_mode", trainer.get("resume_mode", "disable"), RESUME_MODES)
-    for key in ("total_training_steps", "total_epochs"):
-        if trainer.get(key) is not None:
-            check_int(f"trainer.{key}", trainer.get(key), 1)
-    for key in ("save_freq", "test_freq"):
-        if trainer.get(key) is not None:
-            check_int(f"trainer.{key}", trainer.get(key), -1)
+    check_choice("trainer.engine", _section(cfg, "trainer").get("engine", "local"), ENGINES)
     check_algorithm_values(cfg)
     env = env_config_from_mapping(_section(cfg, "env"))
     env.validate(known_env_names())
     if _section(cfg, "algorithm.forge").get("extractor") == "oracle":
         check_records_expert(env.env_name)
-    data = _section(cfg, "data")
-    for key in ("train_batch_size", "val_batch_size"):
-        if data.get(key) is not None:
-            check_int(f"data.{key}", data.get(key), 1)
     return env
 
 

@@ -1,4 +1,4 @@
-"""Typed schema of SLEA-RL's own config keys and the start-up validation of a whole run config.
+"""Typed schema of SLEA-RL's ``algorithm`` section, as verl's typed config.
 
 ``algorithm`` is instantiated as :class:`ForgeAlgoConfig`, a subclass of verl's ``AlgoConfig`` that adds the
 ``forge`` and ``gigpo`` sections, so verl's trainer and ours read the same typed object. The sections' own
@@ -9,7 +9,6 @@ key, the value and what is allowed, before any environment or model exists.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from verl.base_config import BaseConfig
@@ -17,7 +16,7 @@ from verl.trainer.config import AlgoConfig
 
 from agent_system.config_checks import ConfigError, check_choice
 from recipe.forge.config_rules import (
-    ForgeValues, GiGPOValues, check_algorithm_scalars, check_config_values, reject_unknown,
+    ForgeValues, GiGPOValues, check_algorithm_scalars, reject_unknown,
 )
 
 
@@ -74,19 +73,9 @@ def instantiate_algorithm(section: DictConfig | dict) -> ForgeAlgoConfig:
         raise ConfigError(f"invalid algorithm section: {exc}") from exc
 
 
-@dataclass
-class ValidatedConfig:
-    """The typed sections SLEA-RL reads, produced by :func:`validate_config`."""
-
-    engine: str
-    algorithm: ForgeAlgoConfig
-    env: Any  # agent_system.environments.config.EnvConfig
-
-
-def validate_config(cfg: DictConfig) -> ValidatedConfig:
-    """Validate a composed run config; raise ConfigError on the first fault, before any work starts."""
-    env = check_config_values(cfg)
-    algorithm = instantiate_algorithm(cfg.get("algorithm", {}) or {})
+def validate_algorithm(section: DictConfig | dict) -> ForgeAlgoConfig:
+    """The typed ``algorithm`` section, its estimator one that verl's registry (with ours) knows; ConfigError
+    naming the first bad key."""
+    algorithm = instantiate_algorithm(section)
     check_choice("algorithm.adv_estimator", algorithm.adv_estimator, known_adv_estimators())
-    engine = (cfg.get("trainer", {}) or {}).get("engine", "local")
-    return ValidatedConfig(engine=engine, algorithm=algorithm, env=env)
+    return algorithm

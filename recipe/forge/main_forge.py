@@ -27,47 +27,27 @@ CONFIG_DIR = str(Path(__file__).resolve().parent / "config")
 
 
 def validate(cfg: DictConfig):
-    """Every start-up check of the chosen engine; raises ConfigError naming the first bad key.
+    """The typed run config (recipe/forge/run_config.py), or ConfigError naming the first bad key. The checks that
+    need neither verl nor torch run first, so that a bad value is reported within seconds."""
+    from recipe.forge.run_config import load_run_config
 
-    The checks that need neither verl nor torch run first, so that a bad value is reported within seconds."""
-    from recipe.forge.config_rules import check_config_values
-
-    engine = cfg.get("trainer", {}).get("engine", "local")
-    check_config_values(cfg)
-    if engine == "local":
-        from recipe.forge.engines.local.settings import check_engine_config
-
-        check_engine_config(cfg)
-    elif engine == "api":
-        from recipe.forge.engines.local.api_engine import api_settings
-
-        api_settings(cfg)
-    from recipe.forge.config_schema import validate_config  # the slow imports (verl, torch) start here
-
-    validated = validate_config(cfg)
-    if validated.engine == "local":
-        from recipe.forge.engines.local.advantages import check_estimator
-        from recipe.forge.engines.local.settings import engine_settings
-
-        engine_settings(cfg)
-        check_estimator(validated.algorithm.adv_estimator)
-    return validated
+    return load_run_config(cfg)
 
 
 def run(cfg: DictConfig):
     """Validate, then train with the configured engine. Returns the local/api engines' metric history."""
-    validated = validate(cfg)
-    if validated.engine == "verl":
+    run_config = validate(cfg)
+    if run_config.engine == "verl":
         from recipe.forge.engines.verl.main import run_verl
 
-        return run_verl(cfg)
-    if validated.engine == "api":
-        from recipe.forge.engines.local.api_engine import PromptOnlyRunner
+        return run_verl(run_config)
+    if run_config.engine == "api":
+        from recipe.forge.engines.api.runner import PromptOnlyRunner
 
-        return PromptOnlyRunner(cfg, validated).fit()
+        return PromptOnlyRunner(run_config).fit()
     from recipe.forge.engines.local.trainer import LocalTrainer
 
-    return LocalTrainer(cfg, validated).fit()
+    return LocalTrainer(run_config).fit()
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="forge_trainer", version_base=None)

@@ -205,7 +205,7 @@ def test_counters_and_a_batch_with_a_repeated_episode_id():
 def test_the_config_key_is_checked_at_start_up(cfg):
     from hydra import compose, initialize_config_dir
 
-    from recipe.forge.config_schema import validate_config
+    from recipe.forge.run_config import load_run_config
 
     assert cfg().lesson_credit == "outcome"
     with pytest.raises(ConfigError, match=r"algorithm.forge.lesson_credit='credit' .*'outcome', 'step'"):
@@ -213,9 +213,9 @@ def test_the_config_key_is_checked_at_start_up(cfg):
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         shipped = compose("forge_trainer")
         bad = compose("forge_trainer", overrides=["algorithm.forge.lesson_credit=steps"])
-    assert validate_config(shipped).algorithm.forge.lesson_credit == "outcome"
+    assert load_run_config(shipped).algorithm.forge.lesson_credit == "outcome"
     with pytest.raises(ConfigError, match="algorithm.forge.lesson_credit='steps'"):
-        validate_config(bad)
+        load_run_config(bad)
     with pytest.raises(ConfigError, match="extractor=oracle .* use lesson_credit=outcome with the oracle"):
         cfg(extractor="oracle", lesson_credit="step")
 

@@ -7,7 +7,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from agent_system.config_checks import ConfigError
-from recipe.forge.config_schema import validate_config
+from recipe.forge.run_config import load_run_config
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "recipe" / "forge" / "config")
 
@@ -23,7 +23,7 @@ def default_cfg():
 
 
 def test_shipped_config_is_valid_with_seed_defaults(default_cfg):
-    v = validate_config(default_cfg)
+    v = load_run_config(default_cfg)
     f = v.algorithm.forge
     assert v.engine == "local"
     assert v.algorithm.adv_estimator == "forge" and v.algorithm.gamma == 0.95
@@ -46,7 +46,7 @@ def test_shipped_config_is_valid_with_seed_defaults(default_cfg):
 
 @pytest.mark.parametrize("estimator", ["grpo", "gae", "rloo", "reinforce_plus_plus", "gigpo", "forge"])
 def test_known_estimators_accepted(estimator):
-    assert validate_config(load(f"algorithm.adv_estimator={estimator}")).algorithm.adv_estimator == estimator
+    assert load_run_config(load(f"algorithm.adv_estimator={estimator}")).algorithm.adv_estimator == estimator
 
 
 FAULTS = [
@@ -80,7 +80,7 @@ FAULTS = [
 def test_each_fault_fails_at_start_up_naming_key_and_value(override, fragments):
     cfg = load(override)
     with pytest.raises(ConfigError) as err:
-        validate_config(cfg)
+        load_run_config(cfg)
     message = str(err.value)
     for fragment in fragments:
         assert fragment in message, message
@@ -88,14 +88,14 @@ def test_each_fault_fails_at_start_up_naming_key_and_value(override, fragments):
 
 def test_wrong_type_inside_algorithm_section_is_named():
     with pytest.raises(ConfigError, match="use_step_rewards"):
-        validate_config(load("algorithm.forge.use_step_rewards=maybe"))
+        load_run_config(load("algorithm.forge.use_step_rewards=maybe"))
 
 
 def test_main_job_preset_is_valid_and_keeps_numberline_states_apart():
     from recipe.forge.experience.index import ObservationIndex
 
-    preset = validate_config(load("+experiment=main_job"))
-    base = validate_config(load())
+    preset = load_run_config(load("+experiment=main_job"))
+    base = load_run_config(load())
     assert preset.env.env_name == "gym_cards/NumberLine-v0"
     assert base.algorithm.forge.min_library_size == 10  # the paper's gate
     # the preset's step-credited libraries are small because precise: only the warm-up holds them back
@@ -133,7 +133,7 @@ def test_dial_lock_preset_is_the_main_job_on_the_dial_lock():
     from recipe.forge.experience.index import ObservationIndex
 
     cfg = load("+experiment=dial_lock_job")
-    preset = validate_config(cfg)
+    preset = load_run_config(cfg)
     lock = preset.env.dial_lock
     assert preset.env.env_name == "dial_lock" and (lock.num_dials, lock.max_digit) == (2, 4)
     assert lock.num_dials * lock.max_digit <= preset.env.max_steps  # the longest expert episode fits
@@ -153,4 +153,4 @@ def test_dial_lock_preset_is_the_main_job_on_the_dial_lock():
         return len(set(index.assign_batch(states, iteration=0)))
 
     assert len(states) == 40 and clusters(preset.algorithm.forge) == 40  # one cluster per state: lessons stay apart
-    assert clusters(validate_config(load()).algorithm.forge) < 40  # the paper's 0.85 merges states
+    assert clusters(load_run_config(load()).algorithm.forge) < 40  # the paper's 0.85 merges states

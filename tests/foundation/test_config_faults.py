@@ -15,8 +15,8 @@ from omegaconf import OmegaConf
 
 from agent_system.config_checks import ConfigError
 from recipe.forge.config_rules import check_config_values
-from recipe.forge.engines.local.settings import check_engine_config, read_engine_settings
 from recipe.forge.main_forge import verl_config_searchpath
+from recipe.forge.run_config import check_run_config, load_run_config
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG_DIR = str(REPO / "recipe" / "forge" / "config")
@@ -64,8 +64,7 @@ def _with(cfg, values: dict):
 def test_each_bad_value_is_named_before_anything_heavy(shipped, values, message):
     cfg = _with(shipped, values)
     with pytest.raises(ConfigError, match=message):
-        check_config_values(cfg)
-        check_engine_config(cfg)
+        check_run_config(cfg)
 
 
 def test_a_resume_path_to_an_incomplete_checkpoint_is_refused(shipped, tmp_path):
@@ -73,7 +72,7 @@ def test_a_resume_path_to_an_incomplete_checkpoint_is_refused(shipped, tmp_path)
     cfg = _with(shipped, {"trainer.resume_mode": "resume_path",
                           "trainer.resume_from_path": str(tmp_path / "global_step_2")})
     with pytest.raises(ConfigError, match="is not a complete checkpoint"):
-        check_engine_config(cfg)
+        check_run_config(cfg)
 
 
 def test_the_oracle_extractor_passes_on_an_environment_that_records_its_expert(shipped):
@@ -81,8 +80,9 @@ def test_the_oracle_extractor_passes_on_an_environment_that_records_its_expert(s
 
 
 def test_the_shipped_values_pass_and_a_micro_batch_is_read_as_given(shipped):
-    check_config_values(shipped)
-    assert read_engine_settings(_with(shipped, {f"{A}.ppo_micro_batch_size_per_gpu": 4})).micro_batch_size == 4
+    check_run_config(shipped)
+    run = load_run_config(_with(shipped, {f"{A}.ppo_micro_batch_size_per_gpu": 4}))
+    assert run.policy.actor.ppo_micro_batch_size_per_gpu == 4
 
 
 PROBE = textwrap.dedent("""
@@ -91,10 +91,8 @@ PROBE = textwrap.dedent("""
     from recipe.forge.main_forge import verl_config_searchpath
     with initialize_config_dir(config_dir=sys.argv[1], version_base=None):
         cfg = compose("forge_trainer", overrides=[f"hydra.searchpath=[{verl_config_searchpath()}]"])
-    from recipe.forge.config_rules import check_config_values
-    from recipe.forge.engines.local.settings import check_engine_config
-    check_config_values(cfg)
-    check_engine_config(cfg)
+    from recipe.forge.run_config import check_run_config
+    check_run_config(cfg)
     heavy = sorted(m for m in ("torch", "verl", "transformers", "ray") if m in sys.modules)
     print("heavy:", heavy)
 """)

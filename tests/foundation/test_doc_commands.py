@@ -108,11 +108,8 @@ def check_training_command(arguments: list[str]) -> None:
 
     with initialize_config_dir(config_dir=str(ROOT / "recipe/forge/config"), version_base=None):
         cfg = compose("forge_trainer", overrides=arguments)
-    validate(cfg)
-    if cfg.trainer.get("val_only"):
-        from recipe.forge.engines.local.settings import engine_settings
-
-        assert engine_settings(cfg).val_only
+    run = validate(cfg)
+    assert run.trainer.val_only == bool(cfg.trainer.get("val_only"))
 
 
 @pytest.mark.parametrize("page, command", ALL, ids=[f"{Path(p).stem}:{c[:60]}" for p, c in ALL])

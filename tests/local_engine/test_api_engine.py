@@ -4,7 +4,8 @@ import pytest
 
 from agent_system.multi_turn_rollout.protocols import SamplingParams
 from agent_system.testing.threaded_server import ThreadedServer
-from recipe.forge.engines.local.api_engine import ApiSettings, OpenAIGenerator, PromptOnlyRunner
+from recipe.forge.engines.api.generator import OpenAIGenerator
+from recipe.forge.engines.api.runner import ApiSettings, PromptOnlyRunner
 from recipe.forge.main_forge import validate
 
 pytestmark = pytest.mark.timeout(600)
@@ -63,7 +64,7 @@ def test_prompt_only_mode_evolves_the_library_without_updates(tmp_path, chat_ser
     cfg = compose_cfg(run_overrides(tmp_path, iterations=2) + [
         "trainer.engine=api", f"trainer.api.base_url={url}", "trainer.api.model=tiny", "trainer.test_freq=2",
         "trainer.save_freq=2", f"trainer.rollout_data_dir={dump}"])
-    history = PromptOnlyRunner(cfg, validate(cfg)).fit()
+    history = PromptOnlyRunner(validate(cfg)).fit()
     assert [h["iteration"] for h in history] == [1, 2]
     last = history[-1]
     assert last["forge/library_total_size"] > 0
@@ -94,7 +95,7 @@ def test_prompt_only_mode_resumes_library_and_task_sampler(tmp_path, chat_server
 
     def run(folder, iterations, *extra):
         cfg = compose_cfg(run_overrides(tmp_path / folder, iterations=iterations) + api + list(extra))
-        runner = PromptOnlyRunner(cfg, validate(cfg))
+        runner = PromptOnlyRunner(validate(cfg))
         return runner, runner.fit()
 
     straight, _ = run("a", 3)
@@ -114,13 +115,13 @@ def test_prompt_only_val_only_evaluates_the_saved_library_without_evolving_it(tm
     api = ["trainer.engine=api", f"trainer.api.base_url={url}", "trainer.api.model=tiny", "trainer.test_freq=-1",
            "trainer.save_freq=1"]
     trained = compose_cfg(run_overrides(tmp_path / "run", iterations=1) + api)
-    PromptOnlyRunner(trained, validate(trained)).fit()
+    PromptOnlyRunner(validate(trained)).fit()
     training_metrics = (tmp_path / "run" / "metrics.jsonl").read_text()
 
     cfg = compose_cfg(run_overrides(tmp_path / "eval", iterations=1) + api + [
         "trainer.val_only=true", "trainer.resume_mode=resume_path",
         f"trainer.resume_from_path={tmp_path / 'run' / 'global_step_1'}"])
-    runner = PromptOnlyRunner(cfg, validate(cfg))
+    runner = PromptOnlyRunner(validate(cfg))
     assert (runner.experience.version, len(runner.experience.library)) == (0, 0)
     history = runner.fit()
 

@@ -29,4 +29,4 @@ def test_an_explicit_choice_is_kept_whatever_the_cpu(choice):
 
 def test_an_unknown_dtype_is_refused_naming_the_key():
     with pytest.raises(ConfigError, match="trainer.local.compute_dtype"):
-        LocalSettings(compute_dtype="fp16").validate()
+        LocalSettings(compute_dtype="fp16")

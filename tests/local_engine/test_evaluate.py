@@ -14,7 +14,7 @@ pytestmark = pytest.mark.timeout(900)
 
 def trainer_for(cfg, tokenizer, make_tiny):
     policy = build_policy(PolicyConfig(path="tiny", use_reference=True), model=make_tiny(seed=0), tokenizer=tokenizer)
-    return LocalTrainer(cfg, validate(cfg), Components(policy=policy))
+    return LocalTrainer(validate(cfg), Components(policy=policy))
 
 
 def test_val_only_evaluates_a_checkpoint_without_training(tmp_path, tokenizer, make_tiny, compose_cfg, run_overrides):

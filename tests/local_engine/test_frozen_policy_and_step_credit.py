@@ -14,7 +14,7 @@ def test_a_frozen_policy_keeps_its_weights_while_the_library_evolves(compose_cfg
                                                                      taught_policy):
     cfg = compose_cfg(run_overrides(tmp_path, iterations=2) + ["trainer.local.freeze_policy=true"])
     before = {name: p.detach().clone() for name, p in taught_policy.model.named_parameters()}
-    trainer = LocalTrainer(cfg, validate(cfg), Components(policy=taught_policy))
+    trainer = LocalTrainer(validate(cfg), Components(policy=taught_policy))
     history = trainer.fit()
 
     assert [row["iteration"] for row in history] == [1, 2]
@@ -29,7 +29,7 @@ def test_the_same_run_unfrozen_changes_the_weights(compose_cfg, run_overrides, t
     """The contrast that makes the test above mean something: the same config updates the policy."""
     cfg = compose_cfg(run_overrides(tmp_path, iterations=1))
     before = {name: p.detach().clone() for name, p in taught_policy.model.named_parameters()}
-    LocalTrainer(cfg, validate(cfg), Components(policy=taught_policy)).fit()
+    LocalTrainer(validate(cfg), Components(policy=taught_policy)).fit()
     after = dict(taught_policy.model.named_parameters())
     assert any(not torch.equal(before[name], after[name]) for name in before)
 
@@ -38,7 +38,7 @@ def test_step_credit_lessons_run_on_the_embedded_engine(compose_cfg, run_overrid
     """lesson_credit=step needs the algorithm's gamma and penalty: the embedded trainer builds its system from
     the algorithm section, so the run trains and evolves (before, it stopped at start-up)."""
     cfg = compose_cfg(run_overrides(tmp_path, iterations=2) + ["algorithm.forge.lesson_credit=step"])
-    history = LocalTrainer(cfg, validate(cfg), Components(policy=taught_policy)).fit()
+    history = LocalTrainer(validate(cfg), Components(policy=taught_policy)).fit()
     assert [row["iteration"] for row in history] == [1, 2]
     assert "forge/extractor_credit_states" in history[-1]
 

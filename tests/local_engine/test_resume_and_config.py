@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def fit(cfg, tokenizer, make_tiny):
     policy = build_policy(PolicyConfig(path="tiny", use_reference=True), model=make_tiny(seed=0), tokenizer=tokenizer)
-    trainer = LocalTrainer(cfg, validate(cfg), Components(policy=policy))
+    trainer = LocalTrainer(validate(cfg), Components(policy=policy))
     history = trainer.fit()
     return trainer, history
 
@@ -100,4 +100,4 @@ def test_kl_loss_with_a_policy_without_reference_fails_at_construction(tmp_path,
     cfg = compose_cfg(run_overrides(tmp_path, iterations=1) + ["actor_rollout_ref.actor.use_kl_loss=true"])
     policy = build_policy(PolicyConfig(path="tiny", use_reference=False), model=make_tiny(seed=0), tokenizer=tokenizer)
     with pytest.raises(ConfigError, match=r"use_kl_loss=true needs a reference policy"):
-        LocalTrainer(cfg, validate(cfg), Components(policy=policy))
+        LocalTrainer(validate(cfg), Components(policy=policy))

@@ -14,9 +14,10 @@ from agent_system.multi_turn_rollout.protocols import RolloutBatch, SamplingPara
 from recipe.forge.engines.local.batch import build_step_batch
 from recipe.forge.engines.local.generation import HFGenerator
 from recipe.forge.engines.local.sequences import pack, response_logits, token_logprobs
-from recipe.forge.engines.local.settings import check_engine_config, engine_settings
+from recipe.forge.run_config import check_run_config
 from recipe.forge.engines.local.shared_prefix import SharedPrefix
-from recipe.forge.engines.local.update import LossSettings, PolicyUpdater, ValueModel
+from recipe.forge.engines.local.tiny import actor_config
+from recipe.forge.engines.local.update import PolicyUpdater, ValueModel
 
 VOCAB, PAD = 128, 0
 TEMPLATE = list(range(10, 40))  # 30 tokens every prompt of a set starts with (chat template + instructions)
@@ -174,9 +175,10 @@ def test_a_ppo_update_learns_the_same_with_and_without_sharing(micro_batch_size)
     results = {}
     for share in (False, True):
         model = causal_lm()
-        settings = LossSettings(micro_batch_size=micro_batch_size, mini_batch_size=4, use_kl_loss=True,
-                                entropy_coeff=0.01, share_prompt_prefix=share)
-        updater = PolicyUpdater(model, torch.optim.AdamW(model.parameters(), lr=1e-2), settings)
+        actor = actor_config(ppo_micro_batch_size_per_gpu=micro_batch_size, ppo_mini_batch_size=4, use_kl_loss=True,
+                             entropy_coeff=0.01)
+        updater = PolicyUpdater(model, torch.optim.AdamW(model.parameters(), lr=1e-2), actor,
+                                share_prompt_prefix=share)
         old = updater.log_probs(model, batch.packed)
         old = (old + 0.1 * torch.randn(old.shape, generator=torch.Generator().manual_seed(2))) * mask
         metrics = updater.update(batch, advantages, old, ref_log_probs=old)
@@ -226,30 +228,25 @@ def test_gradient_checkpointing_in_training_is_refused_not_run_without_the_promp
                                response_logits(model, packed) * mask)
 
 
-def test_the_key_defaults_to_true_and_reaches_the_update_settings(compose_cfg, run_overrides, tmp_path):
-    from recipe.forge.engines.local.trainer import loss_settings
-
-    no_checkpointing = run_overrides(tmp_path) + ["actor_rollout_ref.model.enable_gradient_checkpointing=false"]
-    settings = engine_settings(compose_cfg(no_checkpointing))
-    assert settings.local.share_prompt_prefix is True
-    assert loss_settings(settings).share_prompt_prefix is True
-    off = engine_settings(compose_cfg(no_checkpointing + ["trainer.local.share_prompt_prefix=false"]))
-    assert loss_settings(off).share_prompt_prefix is False
+def test_the_key_defaults_to_true(compose_cfg, run_overrides, tmp_path):
+    _, _, _, sections = check_run_config(compose_cfg(run_overrides(tmp_path)))
+    assert sections["local"].share_prompt_prefix is True
 
 
-def test_gradient_checkpointing_keeps_the_update_plain(compose_cfg, run_overrides, tmp_path):
+def test_gradient_checkpointing_keeps_the_update_plain(compose_cfg, run_overrides, tmp_path, taught_policy):
     """verl's default turns gradient checkpointing on; it drops the KV cache, so only generation shares."""
-    from recipe.forge.engines.local.trainer import loss_settings
+    from recipe.forge.engines.local.trainer import Components, LocalTrainer
+    from recipe.forge.main_forge import validate
 
-    settings = engine_settings(compose_cfg(run_overrides(tmp_path)
-                                           + ["actor_rollout_ref.model.enable_gradient_checkpointing=true"]))
-    assert settings.local.share_prompt_prefix is True
-    assert loss_settings(settings).share_prompt_prefix is False
+    cfg = compose_cfg(run_overrides(tmp_path) + ["actor_rollout_ref.model.enable_gradient_checkpointing=true"])
+    trainer = LocalTrainer(validate(cfg), Components(policy=copy.deepcopy(taught_policy)))
+    assert trainer.generator.share_prompt_prefix is True
+    assert trainer.updater.share_prompt_prefix is False
 
 
 def test_the_key_must_be_a_boolean(compose_cfg, run_overrides, tmp_path):
     with pytest.raises(ConfigError, match="trainer.local.share_prompt_prefix='yes' must be true or false"):
-        check_engine_config(compose_cfg(run_overrides(tmp_path) + ["trainer.local.share_prompt_prefix=yes"]))
+        check_run_config(compose_cfg(run_overrides(tmp_path) + ["trainer.local.share_prompt_prefix=yes"]))
 
 
 @pytest.mark.parametrize("share", [False, True])
@@ -260,9 +257,9 @@ def test_the_trainer_hands_the_key_to_generation_and_update(compose_cfg, run_ove
 
     cfg = compose_cfg(run_overrides(tmp_path) + [f"trainer.local.share_prompt_prefix={str(share).lower()}",
                                                  "actor_rollout_ref.model.enable_gradient_checkpointing=false"])
-    trainer = LocalTrainer(cfg, validate(cfg), Components(policy=copy.deepcopy(taught_policy)))
+    trainer = LocalTrainer(validate(cfg), Components(policy=copy.deepcopy(taught_policy)))
     assert trainer.generator.share_prompt_prefix is share
-    assert trainer.updater.settings.share_prompt_prefix is share
+    assert trainer.updater.share_prompt_prefix is share
 
 
 # ---------------------------------------------------------------- scripts/bench_update.py's counts

@@ -10,14 +10,15 @@ import torch
 from recipe.forge.engines.local.advantages import UNSUPPORTED, compute_advantages, supported_estimators
 from recipe.forge.engines.local.batch import build_step_batch
 from recipe.forge.engines.local.trainer import Components, LocalTrainer
-from recipe.forge.engines.local.update import LossSettings, PolicyUpdater
+from recipe.forge.engines.local.tiny import actor_config
+from recipe.forge.engines.local.update import PolicyUpdater
 from recipe.forge.main_forge import validate
 
 pytestmark = pytest.mark.timeout(600)
 
 
 def make_trainer(cfg, policy, critic_backbone=None):
-    return LocalTrainer(cfg, validate(cfg), Components(policy=policy, critic_backbone=critic_backbone))
+    return LocalTrainer(validate(cfg), Components(policy=policy, critic_backbone=critic_backbone))
 
 
 def params_of(model):
@@ -29,7 +30,7 @@ def test_one_iteration_changes_weights_and_rollout_logprobs_match(tmp_path, taug
     trainer = make_trainer(cfg, taught_policy)
     model = trainer.policy.model
 
-    rollout = trainer.collector.collect(trainer.train_envs, trainer.generator, trainer.sampling())
+    rollout = trainer.collector.collect(trainer.train_envs, trainer.generator, trainer.run.rollout.sampling())
     batch = build_step_batch(rollout, trainer.tokenizer.pad_token_id, 0.95, 0.1)
     recomputed = trainer.updater.log_probs(model, batch.packed)
     assert torch.allclose(recomputed, batch.old_log_probs, atol=1e-4)
@@ -51,7 +52,7 @@ def test_one_iteration_changes_weights_and_rollout_logprobs_match(tmp_path, taug
 def one_batch(tmp_path, taught_policy, compose_cfg, run_overrides):
     cfg = compose_cfg(run_overrides(tmp_path))
     trainer = make_trainer(cfg, taught_policy)
-    rollout = trainer.collector.collect(trainer.train_envs, trainer.generator, trainer.sampling(),
+    rollout = trainer.collector.collect(trainer.train_envs, trainer.generator, trainer.run.rollout.sampling(),
                                         experience_provider=trainer.experience.provider)
     return trainer, build_step_batch(rollout, trainer.tokenizer.pad_token_id, 0.95, 0.1)
 
@@ -98,7 +99,7 @@ def test_loss_is_finite_for_every_policy_loss(one_batch):
         if mode == "bypass_mode":  # needs rollout-correction importance weights, which verl computes upstream
             continue
         updater = PolicyUpdater(trainer.policy.model, trainer.optimizer,
-                                LossSettings(loss_mode=mode, micro_batch_size=4, policy_loss_extra=EXTRA.get(mode)))
+                                actor_config(mode, EXTRA.get(mode), ppo_micro_batch_size_per_gpu=4))
         metrics = updater.update(batch, adv, batch.old_log_probs)
         assert math.isfinite(metrics["actor/pg_loss"]), mode
 
@@ -110,7 +111,7 @@ def test_micro_batching_accumulates_the_mini_batch_gradient(one_batch):
     for micro in (1, len(batch)):
         model = copy.deepcopy(trainer.policy.model)
         optim = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: keep the weights, inspect the gradient
-        PolicyUpdater(model, optim, LossSettings(micro_batch_size=micro, grad_clip=1e9)).update(
+        PolicyUpdater(model, optim, actor_config(ppo_micro_batch_size_per_gpu=micro, grad_clip=1e9)).update(
             batch, adv, batch.old_log_probs)
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
@@ -135,7 +136,7 @@ def test_dynamic_sampling_reports_its_rounds(tmp_path, taught_policy, compose_cf
         "algorithm.filter_groups.enable=true", "algorithm.filter_groups.max_num_gen_batches=2",
         "actor_rollout_ref.actor.clip_ratio_high=0.28"])
     trainer = make_trainer(cfg, taught_policy)
-    assert trainer.updater.actor_config.clip_ratio_high == pytest.approx(0.28)  # DAPO clip-higher
+    assert trainer.updater.actor.clip_ratio_high == pytest.approx(0.28)  # DAPO clip-higher
     metrics = trainer.train_iteration(0)
     assert 1 <= metrics["dynamic_sampling/num_gen_batches"] <= 2
     assert np.isfinite(metrics["actor/pg_loss"])
@@ -160,7 +161,7 @@ def test_lora_trains_adapters_only_and_the_reference_is_the_base_model(tmp_path,
     assert names and all("lora_" in n for n in names)
     assert all(torch.equal(p, base_before[n]) for n, p in policy.model.named_parameters() if "lora_" not in n)
 
-    rollout = trainer.collector.collect(trainer.train_envs, trainer.generator, trainer.sampling())
+    rollout = trainer.collector.collect(trainer.train_envs, trainer.generator, trainer.run.rollout.sampling())
     batch = build_step_batch(rollout, tokenizer.pad_token_id, 0.95, 0.1)
     with policy.reference_context():
         ref = trainer.updater.log_probs(policy.reference_model(), batch.packed)

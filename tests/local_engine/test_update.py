@@ -13,8 +13,9 @@ import torch.nn.functional as F
 from agent_system.multi_turn_rollout.protocols import RolloutBatch, StepRecord, TrajectoryRecord
 from recipe.forge.engines.local.batch import build_step_batch
 from recipe.forge.engines.local.sequences import pack
+from recipe.forge.engines.local.tiny import actor_config
 from recipe.forge.engines.local.update import (
-    DistillationInputs, LossSettings, MetricsAccumulator, PolicyUpdater, UpdateTargets, ValueModel,
+    DistillationInputs, MetricsAccumulator, PolicyUpdater, UpdateTargets, ValueModel,
 )
 
 PROMPT_LENGTHS = (3, 6, 4, 5, 2)
@@ -65,7 +66,7 @@ def targets(batch, model):
     negative (the dual-clip branch) and one zero."""
     g = torch.Generator().manual_seed(1)
     mask = batch.response_mask
-    current = PolicyUpdater(model, torch.optim.SGD(model.parameters(), lr=0.0), LossSettings()).log_probs(
+    current = PolicyUpdater(model, torch.optim.SGD(model.parameters(), lr=0.0), actor_config()).log_probs(
         model, batch.packed)
     old = (current + 0.3 * torch.randn(current.shape, generator=g)) * mask
     ref = (current + 0.2 * torch.randn(current.shape, generator=g)) * mask
@@ -121,7 +122,7 @@ AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-s
 
 @pytest.mark.parametrize("agg", AGG_MODES)
 def test_micro_batch_losses_sum_to_a_naive_mini_batch_ppo_loss(agg, rows, batch, model, targets):
-    settings = LossSettings(loss_agg_mode=agg, entropy_coeff=0.01, use_kl_loss=True, kl_loss_coef=0.1,
+    settings = actor_config(loss_agg_mode=agg, entropy_coeff=0.01, use_kl_loss=True, kl_loss_coef=0.1,
                             kl_loss_type="low_var_kl")
     updater = PolicyUpdater(model, torch.optim.SGD(model.parameters(), lr=0.0), settings)
     split = UpdateTargets(batch, targets["advantages"], targets["old_log_probs"], targets["ref_log_probs"],
@@ -143,7 +144,7 @@ def test_micro_batch_losses_sum_to_a_naive_mini_batch_ppo_loss(agg, rows, batch,
 
 
 def test_clip_fraction_counts_the_clipped_tokens(rows, batch, model, targets):
-    updater = PolicyUpdater(model, torch.optim.SGD(model.parameters(), lr=0.0), LossSettings())
+    updater = PolicyUpdater(model, torch.optim.SGD(model.parameters(), lr=0.0), actor_config())
     split = UpdateTargets(batch, targets["advantages"], targets["old_log_probs"], None, None, None, None)
     everything = np.arange(5)
     _, metrics = updater.policy_loss(split.micro_batch(everything, torch.device("cpu")),
@@ -203,12 +204,12 @@ def gradients(module):
 
 
 CASES = {
-    "vanilla token-mean": (LossSettings(), {}),
+    "vanilla token-mean": ({}, {}),
     "seq-mean-token-mean with KL and entropy": (
-        LossSettings(loss_agg_mode="seq-mean-token-mean", use_kl_loss=True, entropy_coeff=0.01), {}),
-    "gspo seq-mean-token-sum-norm": (LossSettings(loss_mode="gspo", loss_agg_mode="seq-mean-token-sum-norm"), {}),
-    "critic": (LossSettings(), {"critic": True}),
-    "distillation": (LossSettings(), {"distill": True}),
+        {"loss_agg_mode": "seq-mean-token-mean", "use_kl_loss": True, "entropy_coeff": 0.01}, {}),
+    "gspo seq-mean-token-sum-norm": ({"loss_mode": "gspo", "loss_agg_mode": "seq-mean-token-sum-norm"}, {}),
+    "critic": ({}, {"critic": True}),
+    "distillation": ({}, {"distill": True}),
 }
 
 
@@ -231,7 +232,7 @@ def test_micro_batches_accumulate_the_mini_batch_gradient(case, rows, batch, mod
         value_model = critic() if options.get("critic") else None
         updater = PolicyUpdater(
             policy, torch.optim.SGD(policy.parameters(), lr=0.0),  # lr 0: keep the weights, inspect the gradient
-            LossSettings(**{**settings.__dict__, "micro_batch_size": micro_size, "grad_clip": 1e9}),
+            actor_config(**settings, ppo_micro_batch_size_per_gpu=micro_size, grad_clip=1e9),
             critic=value_model,
             critic_optimizer=torch.optim.SGD(value_model.parameters(), lr=0.0) if value_model else None)
         extra = ({"returns": targets["advantages"] * 0.5, "old_values": targets["old_log_probs"] * 0.1}
@@ -255,7 +256,8 @@ def test_micro_batches_accumulate_the_mini_batch_gradient(case, rows, batch, mod
 def test_update_equals_a_naive_loop_of_mini_batch_sgd_steps(rows, batch, model, targets):
     """Two shuffled epochs of mini-batches of 2 (the last of 1) with micro-batches of 1, SGD with clipping:
     the same weights as stepping by the gradient of each mini-batch's naive token-mean PPO loss."""
-    settings = LossSettings(mini_batch_size=2, micro_batch_size=1, ppo_epochs=2, shuffle=True, grad_clip=0.5)
+    settings = actor_config(ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=1, ppo_epochs=2, shuffle=True,
+                            grad_clip=0.5)
     policy = copy.deepcopy(model)
     updater = PolicyUpdater(policy, torch.optim.SGD(policy.parameters(), lr=0.5), settings,
                             rng=np.random.default_rng(7))
@@ -289,7 +291,7 @@ def test_a_non_finite_gradient_skips_the_policy_step(batch, model, targets):
     advantages[1, 0] = float("nan")
     policy = copy.deepcopy(model)
     updater = PolicyUpdater(policy, torch.optim.SGD(policy.parameters(), lr=0.5),
-                            LossSettings(use_kl_loss=True))
+                            actor_config(use_kl_loss=True))
     metrics = updater.update(batch, advantages, targets["old_log_probs"], targets["ref_log_probs"])
     assert np.isnan(metrics["actor/grad_norm"])
     for got, want in zip(policy.parameters(), model.parameters()):
@@ -297,11 +299,11 @@ def test_a_non_finite_gradient_skips_the_policy_step(batch, model, targets):
 
 
 def test_missing_inputs_are_named(batch, model, targets):
-    updater = PolicyUpdater(model, torch.optim.SGD(model.parameters(), lr=0.0), LossSettings(use_kl_loss=True))
+    updater = PolicyUpdater(model, torch.optim.SGD(model.parameters(), lr=0.0), actor_config(use_kl_loss=True))
     with pytest.raises(ValueError, match="ref_log_probs"):
         updater.update(batch, targets["advantages"], targets["old_log_probs"])
     value_model = critic()
-    updater = PolicyUpdater(model, torch.optim.SGD(model.parameters(), lr=0.0), LossSettings(), critic=value_model,
+    updater = PolicyUpdater(model, torch.optim.SGD(model.parameters(), lr=0.0), actor_config(), critic=value_model,
                             critic_optimizer=torch.optim.SGD(value_model.parameters(), lr=0.0))
     with pytest.raises(ValueError, match="returns or old_values"):
         updater.update(batch, targets["advantages"], targets["old_log_probs"])

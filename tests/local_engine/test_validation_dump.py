@@ -68,7 +68,7 @@ def test_validation_passes_are_dumped_per_iteration(tmp_path, taught_policy, tok
     cfg = compose_cfg(run_overrides(run, iterations=2) + [
         f"trainer.rollout_data_dir={dump}", "trainer.test_freq=2", "trainer.val_before_train=true",
         "trainer.save_freq=1", "data.val_batch_size=2"])
-    history = LocalTrainer(cfg, validate(cfg), Components(policy=taught_policy)).fit()
+    history = LocalTrainer(validate(cfg), Components(policy=taught_policy)).fit()
     assert [h["iteration"] for h in history] == [0, 1, 2]
     assert sorted(p.name for p in dump.iterdir()) == ["1.jsonl", "2.jsonl", "val", "val_no_library"]
     for name in ("val", "val_no_library"):
@@ -103,7 +103,7 @@ def test_validation_passes_are_dumped_per_iteration(tmp_path, taught_policy, tok
         f"trainer.rollout_data_dir={eval_dump}", "trainer.val_only=true", "trainer.resume_mode=resume_path",
         f"trainer.resume_from_path={run / 'global_step_2'}", "data.val_batch_size=2"])
     policy = build_policy(PolicyConfig(path="tiny", use_reference=True), model=make_tiny(seed=0), tokenizer=tokenizer)
-    [evaluated] = LocalTrainer(evaluator_cfg, validate(evaluator_cfg), Components(policy=policy)).fit()
+    [evaluated] = LocalTrainer(validate(evaluator_cfg), Components(policy=policy)).fit()
     assert sorted(p.relative_to(eval_dump).as_posix() for p in eval_dump.rglob("*.jsonl")) == [
         "val/2.jsonl", "val_no_library/2.jsonl"]
     for prefix in ("val", "val_no_library"):

@@ -104,7 +104,10 @@ def test_loggers_map_to_verl_tracking_backends(run_config_factory, tmp_path):
 
     assert verl_loggers(["console", "jsonl", "file"]) == ["console", "file"]
     assert verl_loggers("jsonl") == ["file"]
-    cfg = prepare_verl_config(run_config_factory(["trainer.engine=verl", f"trainer.default_local_dir={tmp_path}"]))
+    from recipe.forge.run_config import load_run_config
+
+    cfg = prepare_verl_config(load_run_config(run_config_factory(["trainer.engine=verl",
+                                                                  f"trainer.default_local_dir={tmp_path}"])))
     assert list(cfg.trainer.logger) == ["console", "file"]  # the default [console, jsonl], valid for verl
     assert set(cfg.trainer.logger) <= set(Tracking.supported_backend)
     assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH == str(tmp_path / "metrics.jsonl")
@@ -125,10 +128,11 @@ def test_run_verl_refuses_what_the_engine_cannot_honour_before_ray_starts(run_co
     import ray
 
     from recipe.forge.engines.verl.main import run_verl
+    from recipe.forge.main_forge import validate
 
     cfg = run_config_factory(["trainer.engine=verl", f"trainer.default_local_dir={tmp_path}", *overrides])
     with pytest.raises(ConfigError, match=key.replace("(", r"\(")):
-        run_verl(cfg)
+        run_verl(validate(cfg))
     assert not ray.is_initialized() and not (tmp_path / "forge_tasks").exists()
 
 

@@ -76,7 +76,7 @@ def local_first_iteration(state, snapshot):
     from agent_system.environments import make_envs
     from agent_system.multi_turn_rollout.protocols import SamplingParams
     from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
-    from recipe.forge.config_schema import validate_config
+    from recipe.forge.run_config import load_run_config
     from recipe.forge.engines.local.advantages import compute_advantages
     from recipe.forge.engines.local.batch import build_step_batch
     from recipe.forge.engines.local.generation import HFGenerator
@@ -90,7 +90,7 @@ def local_first_iteration(state, snapshot):
     model = AutoModelForCausalLM.from_pretrained(state["model_dir"], dtype=torch.float32)
     greedy = SamplingParams(temperature=0.0, do_sample=False, max_new_tokens=12, stop=("</action>",))
     rollout = TrajectoryCollector().collect(envs, HFGenerator(model, tokenizer), greedy, system.provider, seeds=SEEDS)
-    algorithm = validate_config(cfg).algorithm
+    algorithm = load_run_config(cfg).algorithm
     batch = build_step_batch(rollout, tokenizer.pad_token_id, algorithm.gamma, algorithm.invalid_action_penalty_coef)
     advantages, _ = compute_advantages(batch, algorithm)
     keys = [(int(r.uid.rsplit("seed", 1)[1]), r.step) for r in batch.records]
@@ -115,10 +115,11 @@ def verl_first_iteration(state, snapshot, verl_rollout):
     from recipe.forge.engines.verl.cpu.hf_rollout import HFRolloutServer, server_name
     from recipe.forge.engines.verl.library_channel import get_or_create_broker
     from recipe.forge.engines.verl.main import prepare_verl_config, task_rows
+    from recipe.forge.run_config import load_run_config
     from recipe.forge.engines.verl.scripted_client import ServerActorClient
     from recipe.forge.engines.verl.trainer import compute_batch_advantages
 
-    cfg = prepare_verl_config(state["cfg"].copy())
+    cfg = prepare_verl_config(load_run_config(state["cfg"]))
     task_rows(cfg.env.env_name, np.array(SEEDS), "train").to_parquet(cfg.data.train_files)
     tokenizer = state["tokenizer"]
     with verl_rollout.agent_loop_stack(cfg, ServerActorClient(cfg, server_name(0))) as manager:

@@ -51,6 +51,7 @@ def test_visual_distillation_is_rejected_and_text_reverse_kl_accepted():
 
 def test_task_files_hold_train_and_held_out_validation_seeds(run_config_factory, tmp_path):
     from recipe.forge.engines.verl.main import prepare_verl_config
+    from recipe.forge.run_config import load_run_config
 
     cfg = run_config_factory(
         [
@@ -60,7 +61,7 @@ def test_task_files_hold_train_and_held_out_validation_seeds(run_config_factory,
             "env.env_name=sokoban",
         ]
     )
-    prepared = prepare_verl_config(cfg)
+    prepared = prepare_verl_config(load_run_config(cfg))
     assert prepared.actor_rollout_ref.rollout.n == 3
     assert prepared.actor_rollout_ref.rollout.agent.default_agent_loop == "forge_agent"
     assert prepared.trainer.v1.trainer_mode == "forge"
@@ -77,5 +78,5 @@ def test_task_files_hold_train_and_held_out_validation_seeds(run_config_factory,
     assert set(train["agent_name"]) == {"forge_agent"} and set(val["data_source"]) == {"sokoban"}
     assert [e["index"] for e in val["extra_info"]] == list(range(6))
     # the same env.seed gives the same tasks
-    again = prepare_verl_config(cfg)
+    again = prepare_verl_config(load_run_config(cfg))
     assert pd.read_parquet(again.data.train_files)["extra_info"].tolist() == train["extra_info"].tolist()

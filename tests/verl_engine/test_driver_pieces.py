@@ -83,10 +83,11 @@ def test_non_forge_estimators_have_no_library(run_config_factory):
 
 def test_run_verl_rejects_a_bad_config_before_starting_anything(run_config_factory, tmp_path):
     from recipe.forge.engines.verl.main import run_verl
+    from recipe.forge.main_forge import validate
 
     cfg = run_config_factory(["trainer.engine=verl", "env.max_steps=0", f"trainer.default_local_dir={tmp_path}"])
     with pytest.raises(ConfigError, match="env.max_steps"):
-        run_verl(cfg)
+        run_verl(validate(cfg))
     assert not (tmp_path / "forge_tasks").exists()
 
 

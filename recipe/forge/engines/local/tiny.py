@@ -76,3 +76,13 @@ def script_policy(model_path: str, tiny: bool = False):
     tokenizer = load_tokenizer("smollm2-135m-instruct" if tiny else model_path)
     model = tiny_llama(tokenizer) if tiny else None
     return build_policy(PolicyConfig(path=model_path, use_reference=False), model=model, tokenizer=tokenizer)
+
+
+def actor_config(loss_mode: str = "vanilla", policy_loss: dict | None = None, **fields):
+    """verl's actor config (FSDPActorConfig) with verl's defaults, for tests and benchmarks of the update: one
+    copy per task (``rollout_n=1``) and 8 step samples per micro-batch unless ``fields`` say otherwise;
+    ``policy_loss`` holds PolicyLossConfig fields besides ``loss_mode`` (clip_cov_ratio, ...)."""
+    from verl.workers.config import FSDPActorConfig, PolicyLossConfig
+
+    fields = {"rollout_n": 1, "ppo_micro_batch_size_per_gpu": 8, "use_torch_compile": False, **fields}
+    return FSDPActorConfig(policy_loss=PolicyLossConfig(loss_mode=loss_mode, **(policy_loss or {})), **fields)

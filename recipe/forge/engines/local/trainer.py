@@ -13,23 +13,19 @@ One iteration (docs/architecture.md, "One iteration"):
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import random
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
-from tqdm.auto import tqdm
 
 from agent_system.config_checks import ConfigError
 from agent_system.multi_turn_rollout.protocols import SamplingParams
-from recipe.forge.config_schema import ValidatedConfig
 from recipe.forge.distillation import distillation_weight
-from recipe.forge.engines.local.advantages import NEEDS_SUM_PI_SQUARED, check_estimator, compute_advantages
+from recipe.forge.engines.fit_loop import fit
+from recipe.forge.engines.local.advantages import NEEDS_SUM_PI_SQUARED, compute_advantages
 from recipe.forge.engines.local.batch import StepBatch, build_step_batch
 from recipe.forge.engines.local.checkpoint import checkpoint_to_resume, load_checkpoint, save_checkpoint
 from recipe.forge.engines.local.generation import HFGenerator
@@ -37,14 +33,11 @@ from recipe.forge.engines.local.lr_schedule import build_lr_scheduler
 from recipe.forge.engines.local.model_loading import Policy, PolicyConfig, build_policy
 from recipe.forge.engines.local.rollout_dump import decoded_prompt, rollout_dump, shown_entries
 from recipe.forge.engines.local.sequences import pack
-from recipe.forge.engines.local.settings import EngineSettings, engine_settings, is_due
 from recipe.forge.engines.local.timing import PhaseTimer, TimedProvider
-from recipe.forge.engines.local.tracking import MetricsTracker
-from recipe.forge.engines.local.update import DistillationInputs, LossSettings, PolicyUpdater, ValueModel
-from recipe.forge.engines.local.validation import evaluate_only, library_effect, validation_metrics
+from recipe.forge.engines.local.update import DistillationInputs, PolicyUpdater, ValueModel
+from recipe.forge.engines.local.validation import validation_metrics
 from recipe.forge.experience.metrics import reward_metrics
-
-STOP = ("</action>",)
+from recipe.forge.run_config import RunConfig
 
 
 @dataclass
@@ -89,21 +82,6 @@ def adamw(parameters, optim) -> torch.optim.AdamW:
     return torch.optim.AdamW(parameters, lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay)
 
 
-def loss_settings(s: EngineSettings) -> LossSettings:
-    """The update's settings, all from verl's typed actor config (and the two keys outside it)."""
-    a = s.actor
-    extra = {f.name: getattr(a.policy_loss, f.name) for f in dataclasses.fields(a.policy_loss)
-             if f.name not in ("_target_", "loss_mode", "rollout_correction")}  # clip_cov_ratio, dro_beta, ...
-    return LossSettings(
-        loss_mode=a.policy_loss.loss_mode, loss_agg_mode=a.loss_agg_mode, clip_ratio=a.clip_ratio,
-        clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high, clip_ratio_c=a.clip_ratio_c,
-        entropy_coeff=a.entropy_coeff, use_kl_loss=a.use_kl_loss, kl_loss_coef=a.kl_loss_coef,
-        kl_loss_type=a.kl_loss_type, mini_batch_size=s.mini_batch_rows, micro_batch_size=s.micro_batch_size,
-        ppo_epochs=a.ppo_epochs, shuffle=a.shuffle, grad_clip=a.grad_clip, temperature=s.temperature,
-        cliprange_value=s.cliprange_value, policy_loss_extra=extra,
-        share_prompt_prefix=s.update_shares_prompt_prefix)
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -111,45 +89,46 @@ def seed_everything(seed: int) -> None:
 
 
 class LocalTrainer:
-    def __init__(self, cfg: DictConfig, validated: ValidatedConfig, components: Components | None = None):
+    """The embedded engine: ``LocalTrainer(load_run_config(cfg)).fit()`` (recipe/forge/engines/fit_loop.py)."""
+
+    def __init__(self, run: RunConfig, components: Components | None = None):
         from agent_system.environments import make_envs
         from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
 
-        self.cfg = cfg
-        self.algorithm = validated.algorithm
-        self.settings: EngineSettings = engine_settings(cfg)
-        check_estimator(self.algorithm.adv_estimator)
-        s = self.settings
+        self.run = run
+        self.algorithm = run.algorithm
+        policy, local = run.policy, run.local
         components = components or Components()
-        if s.local.num_threads:
-            torch.set_num_threads(s.local.num_threads)
-        seed_everything(s.seed)
-        self.device = resolve_device(s.local.device)
-        self.compute_dtype = resolve_compute_dtype(s.local.compute_dtype, self.device)
-        if s.local.compute_dtype == "auto":
+        if local.num_threads:
+            torch.set_num_threads(local.num_threads)
+        seed_everything(run.seed)
+        self.device = resolve_device(local.device)
+        self.compute_dtype = resolve_compute_dtype(local.compute_dtype, self.device)
+        if local.compute_dtype == "auto":
             print(f"trainer.local.compute_dtype=auto: {self.compute_dtype} on {self.device.type}", flush=True)
-        self.output_dir = Path(s.output_dir)
+        self.output_dir = Path(run.trainer.output_dir)
 
         self.policy = components.policy or build_policy(PolicyConfig(
-            path=s.model_path, lora_rank=s.lora_rank, lora_alpha=s.lora_alpha, target_modules=s.target_modules,
-            enable_gradient_checkpointing=s.gradient_checkpointing, use_reference=s.actor.use_kl_loss))
-        if s.actor.use_kl_loss and not self.policy.has_reference:
+            path=policy.model_path, lora_rank=policy.lora_rank, lora_alpha=policy.lora_alpha,
+            target_modules=policy.target_modules, enable_gradient_checkpointing=policy.gradient_checkpointing,
+            use_reference=policy.actor.use_kl_loss))
+        if policy.actor.use_kl_loss and not self.policy.has_reference:
             raise ConfigError("actor_rollout_ref.actor.use_kl_loss=true needs a reference policy, but the given "
                               "policy was built without one (use_reference=False)")
         self.policy.model.to(self.device)
         if self.policy._reference is not None:
             self.policy._reference.to(self.device)
         self.tokenizer = self.policy.tokenizer
-        self.sample_rng = torch.Generator().manual_seed(s.seed)
-        self.shuffle_rng = np.random.default_rng(s.seed)
-        self.generator = HFGenerator(self.policy.model, self.tokenizer, s.local.generation_batch_size,
+        self.sample_rng = torch.Generator().manual_seed(run.seed)
+        self.shuffle_rng = np.random.default_rng(run.seed)
+        self.generator = HFGenerator(self.policy.model, self.tokenizer, local.generation_batch_size,
                                      self.sample_rng, autocast=self.autocast,
-                                     response_prefix=s.local.response_prefix,
-                                     share_prompt_prefix=s.local.share_prompt_prefix)
-        self.train_envs, self.val_envs = make_envs(cfg)
-        self.collector = TrajectoryCollector(dynamic_sampling=s.filter_groups.enable,
-                                             max_num_gen_batches=max(0, s.filter_groups.max_num_gen_batches),
-                                             progress=s.local.progress)  # verl: <= 0 means no limit
+                                     response_prefix=local.response_prefix,
+                                     share_prompt_prefix=local.share_prompt_prefix)
+        self.train_envs, self.val_envs = make_envs(run, val_copies=run.rollout.val_copies)
+        self.collector = TrajectoryCollector(dynamic_sampling=policy.filter_groups.enable,
+                                             max_num_gen_batches=max(0, policy.filter_groups.max_num_gen_batches),
+                                             progress=local.progress)  # verl: <= 0 means no limit
 
         self.experience = None
         if self.algorithm.adv_estimator == "forge":
@@ -158,30 +137,32 @@ class LocalTrainer:
             llm = self._policy_llm if self.algorithm.forge.extractor == "llm" else None
             self.experience = ExperienceSystem.from_algorithm(self.algorithm, tokenizer=self.tokenizer, llm=llm)
 
-        self.optimizer = adamw(self.policy.trainable_parameters(), s.actor.optim)
+        self.optimizer = adamw(self.policy.trainable_parameters(), policy.actor.optim)
         self.critic, self.critic_optimizer = None, None
-        if s.use_critic:
+        if policy.use_critic:
             self.critic = ValueModel(self._critic_backbone(components), self.policy.model.config.hidden_size)
             self.critic.to(self.device)
-            self.critic_optimizer = adamw(self.critic.parameters(), s.critic_optim)
+            self.critic_optimizer = adamw(self.critic.parameters(), policy.critic_optim)
         self._build_lr_schedulers(done=0)
+        # gradient checkpointing drops the KV cache the shared prompt tokens are handed on through, so the
+        # update's passes share the prefix only without it (generation, in evaluation mode, shares it either way)
         self.updater = PolicyUpdater(
-            self.policy.model, self.optimizer, loss_settings(s),
-            autocast=self.autocast, critic=self.critic, critic_optimizer=self.critic_optimizer, rng=self.shuffle_rng,
+            self.policy.model, self.optimizer, policy.actor, temperature=run.rollout.temperature,
+            share_prompt_prefix=local.share_prompt_prefix and not policy.gradient_checkpointing,
+            autocast=self.autocast, critic=self.critic, critic_optimizer=self.critic_optimizer,
+            cliprange_value=policy.cliprange_value, rng=self.shuffle_rng,
         )
         self.iteration = 0  # iterations done: what a validation pass now runs after, and its dump's file name
-        self.tracker: MetricsTracker | None = None
-        self.dump = rollout_dump(s.rollout_data_dir, decoded_prompt(self.tokenizer.decode))
+        self.dump = rollout_dump(run.trainer.rollout_data_dir, decoded_prompt(self.tokenizer.decode))
 
     # ------------------------------------------------------------------ helpers
     def _build_lr_schedulers(self, done: int) -> None:
         """verl's lr schedules (lr_schedule.py) for the actor and the critic, ``done`` iterations in."""
-        s = self.settings
-        self.lr_scheduler = build_lr_scheduler(self.optimizer, s.actor.optim, s.total_iterations, done)
+        policy, total = self.run.policy, self.run.trainer.total_iterations
+        self.lr_scheduler = build_lr_scheduler(self.optimizer, policy.actor.optim, total, done)
         self.critic_lr_scheduler = None
         if self.critic_optimizer is not None:
-            self.critic_lr_scheduler = build_lr_scheduler(self.critic_optimizer, s.critic_optim, s.total_iterations,
-                                                          done)
+            self.critic_lr_scheduler = build_lr_scheduler(self.critic_optimizer, policy.critic_optim, total, done)
 
     def autocast(self):
         if self.compute_dtype == "bf16":
@@ -195,10 +176,8 @@ class LocalTrainer:
 
         from recipe.forge.engines.local.model_loading import resolve_model_path
 
-        path = OmegaConf.select(self.cfg, "critic.model.path", default=None) or self.settings.model_path
-        if str(path).startswith("~/models/"):  # verl's placeholder default: use the actor's model
-            path = self.settings.model_path
-        return AutoModel.from_pretrained(resolve_model_path(str(path)))
+        path = self.run.policy.critic_model_path or self.run.policy.model_path
+        return AutoModel.from_pretrained(resolve_model_path(path))
 
     def _policy_llm(self, prompt: str) -> str:
         """The LLM extractor's model: the policy itself, greedy."""
@@ -209,17 +188,9 @@ class LocalTrainer:
     def _rng_handles(self) -> dict[str, Any]:
         return {"sampler": self.sample_rng, "shuffle": self.shuffle_rng, "env_tasks": self.train_envs.task_rng}
 
-    def sampling(self, validation: bool = False) -> SamplingParams:
-        s = self.settings
-        if validation:
-            return SamplingParams(temperature=s.val_temperature, top_p=1.0, top_k=-1,
-                                  max_new_tokens=s.max_new_tokens, stop=STOP, do_sample=s.val_temperature > 0)
-        return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                              max_new_tokens=s.max_new_tokens, stop=STOP)
-
     # ------------------------------------------------------------------ one iteration
     def train_iteration(self, iteration: int) -> dict[str, float]:
-        s = self.settings
+        local = self.run.local
         timer = PhaseTimer()
         provider = None
         if self.experience is not None:
@@ -227,24 +198,24 @@ class LocalTrainer:
             provider = TimedProvider(self.experience.provider, timer, "forge_retrieval")
         with timer.phase("gen"):
             self.generator.tokens_generated = 0
-            rollout = self.collector.collect(self.train_envs, self.generator, self.sampling(),
+            rollout = self.collector.collect(self.train_envs, self.generator, self.run.rollout.sampling(),
                                              experience_provider=provider)
             generated = self.generator.tokens_generated
         timer.exclude("gen", "forge_retrieval")
         with timer.phase("prepare"):
             batch = build_step_batch(rollout, self.tokenizer.pad_token_id, self.algorithm.gamma,
                                      self.algorithm.invalid_action_penalty_coef)
-        if s.local.freeze_policy:  # the library alone (or the frozen policy itself): no update
+        if local.freeze_policy:  # the library alone (or the frozen policy itself): no update
             return self._finish_iteration(iteration, rollout, batch, generated, timer, {}, None)
         with timer.phase("prepare"):
             old_log_probs = batch.old_log_probs
             needs_pi2 = self.algorithm.adv_estimator in NEEDS_SUM_PI_SQUARED
             sum_pi_squared = None
-            if s.local.recompute_old_log_probs or needs_pi2:
+            if local.recompute_old_log_probs or needs_pi2:
                 result = self.updater.log_probs(self.policy.model, batch.packed, with_sum_pi_squared=needs_pi2)
                 old_log_probs, sum_pi_squared = result if needs_pi2 else (result, None)
             ref_log_probs = None
-            if s.actor.use_kl_loss:
+            if self.run.policy.actor.use_kl_loss:
                 with self.policy.reference_context():
                     ref_log_probs = self.updater.log_probs(self.policy.reference_model(), batch.packed)
             values = self.updater.values(batch.packed) if self.critic is not None else None
@@ -262,7 +233,6 @@ class LocalTrainer:
                           update_metrics: dict[str, float], distill: DistillationInputs | None) -> dict[str, float]:
         """Library evolution, the iteration's metrics and the rollout dump, after the update (or instead of it,
         with ``trainer.local.freeze_policy``)."""
-        s = self.settings
         metrics: dict[str, float] = dict(rollout.metrics)
         metrics.update(update_metrics)
         library = self.experience.library if self.experience is not None else None
@@ -319,7 +289,7 @@ class LocalTrainer:
     def validate(self) -> dict[str, float]:
         """Held-out seeds at the validation temperature, with the library (forge) and without it; dumped as
         iteration ``self.iteration`` with ``trainer.rollout_data_dir``."""
-        return validation_metrics(self.collector, self.val_envs, self.generator, self.sampling(validation=True),
+        return validation_metrics(self.collector, self.val_envs, self.generator, self.run.rollout.sampling(True),
                                   self.experience, self.tokenizer, self.dump, self.iteration)
 
     # ------------------------------------------------------------------ checkpoints
@@ -330,8 +300,8 @@ class LocalTrainer:
 
     def resume(self) -> int:
         """Iterations already done according to the resume mode (0 when starting fresh)."""
-        s = self.settings
-        path = checkpoint_to_resume(self.output_dir, s.resume_mode, s.resume_from_path)
+        t = self.run.trainer
+        path = checkpoint_to_resume(self.output_dir, t.resume_mode, t.resume_from_path)
         if path is None:
             return 0
         state = load_checkpoint(path, policy=self.policy, optimizer=self.optimizer, rng=self._rng_handles(),
@@ -343,35 +313,5 @@ class LocalTrainer:
 
     # ------------------------------------------------------------------ loop
     def fit(self) -> list[dict[str, float]]:
-        """Train to ``trainer.total_training_steps`` iterations; returns the logged metrics of this process.
-        With ``trainer.val_only`` it only evaluates the restored checkpoint (validation.evaluate_only)."""
-        s = self.settings
-        start = self.resume()
-        self.iteration = start
-        if s.val_only:
-            return evaluate_only(s, start, self.validate, OmegaConf.to_container(self.cfg, resolve=False))
-        self.tracker = MetricsTracker(self.output_dir, s.loggers, s.project_name, s.experiment_name,
-                                      OmegaConf.to_container(self.cfg, resolve=False),
-                                      resume_after=start if start > 0 else None)
-        history = []
-        if start == 0 and s.val_before_train and s.test_freq > 0:
-            history.append({"iteration": 0, **self.validate()})
-            self.tracker.log(0, history[-1])
-        bar = tqdm(range(start, s.total_iterations), desc="SLEA-RL iterations", initial=start,
-                   total=s.total_iterations, disable=not s.local.progress)
-        for iteration in bar:
-            started = time.perf_counter()
-            metrics = self.train_iteration(iteration)
-            done = self.iteration = iteration + 1
-            if is_due(done, s.test_freq, s.total_iterations):
-                metrics.update(self.validate())
-                effect = library_effect(metrics)
-                if effect is not None:
-                    tqdm.write(f"iteration {done}: {effect}")
-            metrics["timing_s/step"] = time.perf_counter() - started
-            self.tracker.log(done, metrics)
-            history.append({"iteration": done, **metrics})
-            if is_due(done, s.save_freq, s.total_iterations):
-                self.save(done)
-        self.tracker.close()
-        return history
+        """Train to ``trainer.total_training_steps`` iterations (fit_loop.fit); returns the logged metrics."""
+        return fit(self, self.run, "SLEA-RL iterations")

@@ -34,53 +34,6 @@ SUMMED_METRICS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "critic/vf_
 
 
 @dataclass
-class LossSettings:
-    loss_mode: str = "vanilla"
-    loss_agg_mode: str = "token-mean"
-    clip_ratio: float = 0.2
-    clip_ratio_low: float | None = None
-    clip_ratio_high: float | None = None
-    clip_ratio_c: float = 3.0
-    entropy_coeff: float = 0.0
-    use_kl_loss: bool = False
-    kl_loss_coef: float = 0.001
-    kl_loss_type: str = "low_var_kl"
-    mini_batch_size: int = 256
-    micro_batch_size: int = 8
-    ppo_epochs: int = 1
-    shuffle: bool = False
-    grad_clip: float = 1.0
-    temperature: float = 1.0
-    cliprange_value: float = 0.5
-    policy_loss_extra: dict | None = None  # verl PolicyLossConfig fields (clip_cov_ratio, ...)
-    share_prompt_prefix: bool = True  # run a micro-batch's shared prompt tokens once (sequences.forward_inputs)
-
-
-def verl_actor_config(settings: LossSettings):
-    """A verl ActorConfig carrying what verl's policy-loss functions read."""
-    from verl.workers.config import ActorConfig, PolicyLossConfig
-
-    return ActorConfig(
-        strategy="local",
-        rollout_n=1,
-        ppo_mini_batch_size=settings.mini_batch_size,
-        ppo_micro_batch_size_per_gpu=settings.micro_batch_size,
-        clip_ratio=settings.clip_ratio,
-        clip_ratio_low=settings.clip_ratio_low if settings.clip_ratio_low is not None else settings.clip_ratio,
-        clip_ratio_high=settings.clip_ratio_high if settings.clip_ratio_high is not None else settings.clip_ratio,
-        clip_ratio_c=settings.clip_ratio_c,
-        loss_agg_mode=settings.loss_agg_mode,
-        policy_loss=PolicyLossConfig(loss_mode=settings.loss_mode, **(settings.policy_loss_extra or {})),
-        entropy_coeff=settings.entropy_coeff,
-        use_kl_loss=settings.use_kl_loss,
-        kl_loss_coef=settings.kl_loss_coef,
-        kl_loss_type=settings.kl_loss_type,
-        ppo_epochs=settings.ppo_epochs,
-        use_torch_compile=False,
-    )
-
-
-@dataclass
 class DistillationInputs:
     """Rows whose rollout prompt carried experiences: the student sees ``plain`` (no experiences), the
     teacher sees ``privileged`` (the rollout prompt); both end with the same response tokens."""
@@ -222,22 +175,42 @@ class MetricsAccumulator:
 class PolicyUpdater:
     """Runs PPO-family epochs over a StepBatch for the policy (and the critic when one is given)."""
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, settings: LossSettings,
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, actor, temperature: float = 1.0,
+                 share_prompt_prefix: bool = True,
                  autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
                  critic: ValueModel | None = None, critic_optimizer: torch.optim.Optimizer | None = None,
-                 rng: np.random.Generator | None = None):
+                 cliprange_value: float = 0.5, rng: np.random.Generator | None = None):
+        """``actor``: verl's actor config as it is (FSDPActorConfig: the policy loss and its settings, epochs,
+        mini- and micro-batch sizes, grad_clip); ``temperature``: the rollout's, which the log-probs are taken at;
+        ``share_prompt_prefix``: run a micro-batch's shared prompt tokens once (sequences.forward_inputs);
+        ``cliprange_value``: the critic's value clip (verl's ``critic.cliprange_value``)."""
         from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
         self.model = model
         self.optimizer = optimizer
-        self.settings = settings
+        self.actor = actor
+        self.temperature = temperature
+        self.share_prompt_prefix = share_prompt_prefix
         self.autocast = autocast
         self.critic = critic
         self.critic_optimizer = critic_optimizer
-        self.actor_config = verl_actor_config(settings)
-        self.policy_loss_fn = get_policy_loss_fn(settings.loss_mode)
+        self.cliprange_value = cliprange_value
+        self.policy_loss_fn = get_policy_loss_fn(actor.policy_loss.loss_mode)
         self.rng = rng if rng is not None else np.random.default_rng(0)
         self.device = next(model.parameters()).device
+
+    @property
+    def mini_batch_rows(self) -> int:
+        """Step samples per optimizer step: ``ppo_mini_batch_size`` counts tasks and, as in verl, is multiplied by
+        the ``rollout_n`` copies of each task (a row is one step sample on both engines)."""
+        return self.actor.ppo_mini_batch_size * self.actor.rollout_n
+
+    @property
+    def micro_batch_rows(self) -> int:
+        """Step samples per forward/backward pass (``ppo_micro_batch_size_per_gpu``, else the deprecated
+        ``ppo_micro_batch_size``; verl's ActorConfig refuses both set or neither)."""
+        a = self.actor
+        return a.ppo_micro_batch_size_per_gpu if a.ppo_micro_batch_size_per_gpu is not None else a.ppo_micro_batch_size
 
     # ------------------------------------------------------------------ no-grad passes
     @torch.no_grad()
@@ -245,13 +218,13 @@ class PolicyUpdater:
         """(n, R) log-probs of the response tokens (and (n, R) sum of p^2 when asked), micro-batched."""
         outs, sums = [], []
         rows = np.arange(packed.input_ids.shape[0])
-        for chunk in _chunks(rows, self.settings.micro_batch_size):
+        for chunk in _chunks(rows, self.micro_batch_rows):
             sub = packed.select(torch.as_tensor(chunk)).to(self.device)
             with self.autocast():
-                logits = response_logits(model, sub, self.settings.share_prompt_prefix)
-            outs.append(token_logprobs(logits, sub.responses, self.settings.temperature).cpu())
+                logits = response_logits(model, sub, self.share_prompt_prefix)
+            outs.append(token_logprobs(logits, sub.responses, self.temperature).cpu())
             if with_sum_pi_squared:
-                probs = torch.softmax(logits.float() / self.settings.temperature, dim=-1)
+                probs = torch.softmax(logits.float() / self.temperature, dim=-1)
                 sums.append((probs * probs).sum(-1).cpu())
         logp = torch.cat(outs) * packed.response_mask
         return (logp, torch.cat(sums) * packed.response_mask) if with_sum_pi_squared else logp
@@ -260,10 +233,10 @@ class PolicyUpdater:
     def values(self, packed: PackedSequences) -> torch.Tensor:
         rows = np.arange(packed.input_ids.shape[0])
         outs = []
-        for chunk in _chunks(rows, self.settings.micro_batch_size):
+        for chunk in _chunks(rows, self.micro_batch_rows):
             with self.autocast():
                 outs.append(self.critic(packed.select(torch.as_tensor(chunk)).to(self.device),
-                                        self.settings.share_prompt_prefix).cpu())
+                                        self.share_prompt_prefix).cpu())
         return torch.cat(outs) * packed.response_mask
 
     # ------------------------------------------------------------------ update
@@ -286,8 +259,8 @@ class PolicyUpdater:
             returns, old_values: (n, R), needed with a critic.
             distill: the rows trained toward their privileged (experience-carrying) prompt, if any.
         """
-        s = self.settings
-        if s.use_kl_loss and ref_log_probs is None:
+        a = self.actor
+        if a.use_kl_loss and ref_log_probs is None:
             raise ValueError("use_kl_loss is set but update() got no ref_log_probs")
         if self.critic is not None and (returns is None or old_values is None):
             raise ValueError("the updater has a critic but update() got no returns or old_values")
@@ -295,20 +268,20 @@ class PolicyUpdater:
         trained = targets.rows_to_train(self._skips_zero_advantage_rows(distill))
         metrics = MetricsAccumulator()
         self.model.train()
-        for _ in range(s.ppo_epochs):
-            order = self.rng.permutation(len(batch)) if s.shuffle else np.arange(len(batch))
-            for mini in _chunks(order, s.mini_batch_size):
+        for _ in range(a.ppo_epochs):
+            order = self.rng.permutation(len(batch)) if a.shuffle else np.arange(len(batch))
+            for mini in _chunks(order, self.mini_batch_rows):
                 self._zero_grad()
                 norm = targets.mini_batch_norm(mini)
-                for rows in _chunks(mini[trained[mini]], s.micro_batch_size):
+                for rows in _chunks(mini[trained[mini]], self.micro_batch_rows):
                     metrics.add_micro_batch(self._backward(targets.micro_batch(rows, self.device), norm))
                 metrics.end_mini_batch(self._step())
         return metrics.averages()
 
     def _skips_zero_advantage_rows(self, distill: DistillationInputs | None) -> bool:
         """Whether rows with zero advantage add nothing to the loss's gradient (so can be skipped)."""
-        s = self.settings
-        return (s.loss_mode in ADVANTAGE_LINEAR_LOSSES and not s.use_kl_loss and s.entropy_coeff == 0.0
+        a = self.actor
+        return (a.policy_loss.loss_mode in ADVANTAGE_LINEAR_LOSSES and not a.use_kl_loss and a.entropy_coeff == 0.0
                 and distill is None and self.critic is None)
 
     def _zero_grad(self) -> None:
@@ -329,13 +302,13 @@ class PolicyUpdater:
     def _step(self) -> torch.Tensor:
         """Clip and apply the accumulated gradients; the policy's pre-clip gradient norm (a 0-dim tensor).
         A non-finite policy gradient skips the policy's step."""
-        s = self.settings
+        grad_clip = self.actor.grad_clip
         grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
-                                                   s.grad_clip)
+                                                   grad_clip)
         if torch.isfinite(grad_norm):
             self.optimizer.step()
         if self.critic is not None:
-            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), s.grad_clip)
+            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), grad_clip)
             self.critic_optimizer.step()
         return grad_norm
 
@@ -349,28 +322,28 @@ class PolicyUpdater:
         """
         from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
 
-        s = self.settings
+        a = self.actor
         mask = micro.packed.response_mask
         # verl's policy losses read the mini-batch totals from the actor config; a frozen dataclass field
         # holding a dict, so the dict is updated in place.
-        self.actor_config.global_batch_info.clear()
-        self.actor_config.global_batch_info.update(norm.agg_kwargs())
+        a.global_batch_info.clear()
+        a.global_batch_info.update(norm.agg_kwargs())
         with self.autocast():
-            logits = response_logits(self.model, micro.packed, s.share_prompt_prefix)
-        logp = token_logprobs(logits, micro.packed.responses, s.temperature)
+            logits = response_logits(self.model, micro.packed, self.share_prompt_prefix)
+        logp = token_logprobs(logits, micro.packed.responses, self.temperature)
         pg_loss, pg_metrics = self.policy_loss_fn(micro.old_log_probs, logp, micro.advantages, mask,
-                                                  s.loss_agg_mode, self.actor_config, None)
+                                                  a.loss_agg_mode, a, None)
         loss = pg_loss
         metrics = {"actor/pg_loss": pg_loss.item(), **pg_metrics}
-        if s.entropy_coeff != 0.0:
-            entropy = agg_loss(entropy_from_logits(logits, s.temperature), mask, s.loss_agg_mode,
+        if a.entropy_coeff != 0.0:
+            entropy = agg_loss(entropy_from_logits(logits, self.temperature), mask, a.loss_agg_mode,
                                **norm.agg_kwargs())
-            loss = loss - s.entropy_coeff * entropy
+            loss = loss - a.entropy_coeff * entropy
             metrics["actor/entropy"] = entropy.item()
-        if s.use_kl_loss:
-            kl = agg_loss(kl_penalty(logp, micro.ref_log_probs, s.kl_loss_type), mask, s.loss_agg_mode,
+        if a.use_kl_loss:
+            kl = agg_loss(kl_penalty(logp, micro.ref_log_probs, a.kl_loss_type), mask, a.loss_agg_mode,
                           **norm.agg_kwargs())
-            loss = loss + s.kl_loss_coef * kl
+            loss = loss + a.kl_loss_coef * kl
             metrics["actor/kl_loss"] = kl.item()
         del logits  # (m, R, vocab): free it before the distillation's two forward passes
         if len(micro.distill_rows):
@@ -384,12 +357,11 @@ class PolicyUpdater:
         """The micro-batch's share of its mini-batch's clipped value loss (verl's), and its metrics."""
         from verl.trainer.ppo.core_algos import compute_value_loss
 
-        s = self.settings
         with self.autocast():
-            vpreds = self.critic(micro.packed, s.share_prompt_prefix)
+            vpreds = self.critic(micro.packed, self.share_prompt_prefix)
         vf_loss, vf_clipfrac = compute_value_loss(
-            vpreds, micro.returns, micro.old_values, micro.packed.response_mask, s.cliprange_value,
-            s.loss_agg_mode, batch_num_tokens=norm.batch_num_tokens, global_batch_size=norm.global_batch_size)
+            vpreds, micro.returns, micro.old_values, micro.packed.response_mask, self.cliprange_value,
+            self.actor.loss_agg_mode, batch_num_tokens=norm.batch_num_tokens, global_batch_size=norm.global_batch_size)
         return vf_loss, {"critic/vf_loss": vf_loss.item(), "critic/vf_clipfrac": vf_clipfrac.item()}
 
     def _distill_loss(self, distill: DistillationInputs, rows: torch.Tensor) -> torch.Tensor:
@@ -397,8 +369,8 @@ class PolicyUpdater:
         plain = distill.plain.select(rows).to(self.device)
         with torch.no_grad(), self.autocast():
             teacher = response_logits(self.model, distill.privileged.select(rows).to(self.device),
-                                      self.settings.share_prompt_prefix)
+                                      self.share_prompt_prefix)
         with self.autocast():
-            student = response_logits(self.model, plain, self.settings.share_prompt_prefix)
+            student = response_logits(self.model, plain, self.share_prompt_prefix)
         return distillation_loss(student, teacher, plain.response_mask, distill.divergence,
                                  distill.temperature)

@@ -2,8 +2,9 @@
 
 recipe/forge/main_forge.py dispatches here. :func:`run_verl`
 
-1. validates the config with SLEA-RL's schema (before Ray or any model starts);
-2. writes the task files verl's dataloader reads: one row per task, ``extra_info.seed`` being the environment
+1. takes the typed run config (recipe/forge/run_config.py, checked before Ray or any model starts; what this
+   engine cannot honour is refused there by :func:`check_verl_engine_config`);
+2. builds verl's config from the composed one and writes the task files verl's dataloader reads: one row per task, ``extra_info.seed`` being the environment
    seed of the task (training seeds drawn from ``env.seed``; validation seeds ``env.val_seed_offset + i``, never
    seen in training), ``agent_name=forge_agent``;
 3. points verl at the ``forge_agent`` loop and the ``forge`` trainer mode, with ``rollout.n = env.rollout.n``
@@ -26,10 +27,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from agent_system.config_checks import ConfigError
 from agent_system.environments import base as env_base
-from recipe.forge.config_schema import validate_config
 from recipe.forge.engines.verl.cpu.settings import apply_cpu_settings, resolve_device, use_cpu_platform_in_this_process
 from recipe.forge.engines.verl.agent_loop import AGENT_NAME
 from recipe.forge.engines.verl.trainer import TRAINER_MODE
+from recipe.forge.run_config import RunConfig
 from recipe.forge.run_length import training_tasks
 
 LOGGER_BACKENDS = {"jsonl": "file"}  # our logger name -> verl's Tracking backend
@@ -56,16 +57,15 @@ def task_seeds(env_cfg: Any, num_train: int, num_val: int) -> tuple[np.ndarray, 
     return env_base.task_seeds("train", num_train, offset, rng), env_base.task_seeds("val", num_val, offset)
 
 
-def write_task_files(cfg: DictConfig, out_dir: str) -> tuple[str, str]:
+def write_task_files(run: RunConfig, total_training_steps: int | None, out_dir: str) -> tuple[str, str]:
     """Write train.parquet / val.parquet under ``out_dir``; returns their paths."""
-    env = cfg.env
-    num_train = training_tasks(int(cfg.data.train_batch_size), cfg.trainer.get("total_training_steps"))
-    num_val = int(cfg.data.get("val_batch_size") or cfg.data.train_batch_size)
-    train_seeds, val_seeds = task_seeds(env, num_train, num_val)
+    num_train = training_tasks(run.data.train_batch_size, total_training_steps)
+    num_val = run.data.val_batch_size or run.data.train_batch_size
+    train_seeds, val_seeds = task_seeds(run.env, num_train, num_val)
     os.makedirs(out_dir, exist_ok=True)
     paths = os.path.join(out_dir, "train.parquet"), os.path.join(out_dir, "val.parquet")
-    task_rows(env.env_name, train_seeds, "train").to_parquet(paths[0])
-    task_rows(env.env_name, val_seeds, "val").to_parquet(paths[1])
+    task_rows(run.env.env_name, train_seeds, "train").to_parquet(paths[0])
+    task_rows(run.env.env_name, val_seeds, "val").to_parquet(paths[1])
     return paths
 
 
@@ -75,15 +75,20 @@ def verl_loggers(loggers: Any) -> list[str]:
     return list(dict.fromkeys(LOGGER_BACKENDS.get(str(name), str(name)) for name in names))
 
 
-def prepare_verl_config(cfg: DictConfig) -> DictConfig:
-    """A copy of ``cfg`` wired for the forge agent loop and trainer, with its task files written."""
-    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+def verl_config(run: RunConfig) -> DictConfig:
+    """verl's config (the composed run config, interpolations kept) as verl's trainer takes it."""
+    return OmegaConf.create(run.composed)
+
+
+def prepare_verl_config(run: RunConfig) -> DictConfig:
+    """verl's config of the run, wired for the forge agent loop and trainer, with its task files written."""
+    cfg = verl_config(run)
     device = resolve_device(cfg)
     if device == "cpu":
         for change in apply_cpu_settings(cfg):
             print(f"[slea-rl] verl on the CPU: {change}", flush=True)
-    task_dir = os.path.join(str(cfg.trainer.get("default_local_dir") or "checkpoints"), "forge_tasks")
-    train_path, val_path = write_task_files(cfg, task_dir)
+    task_dir = os.path.join(run.trainer.output_dir or "checkpoints", "forge_tasks")
+    train_path, val_path = write_task_files(run, cfg.trainer.get("total_training_steps"), task_dir)
     from recipe.forge.engines.local.model_loading import resolve_model_path
 
     with open_dict(cfg):
@@ -94,7 +99,7 @@ def prepare_verl_config(cfg: DictConfig) -> DictConfig:
         cfg.data.train_files = train_path
         cfg.data.val_files = val_path
         cfg.actor_rollout_ref.rollout.agent.default_agent_loop = AGENT_NAME
-        cfg.actor_rollout_ref.rollout.n = int(cfg.env.rollout.n)
+        cfg.actor_rollout_ref.rollout.n = run.group_size
         cfg.trainer.v1.trainer_mode = TRAINER_MODE
         cfg.trainer.use_v1 = True
         cfg.trainer.engine = "verl"
@@ -110,26 +115,24 @@ def prepare_verl_config(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
-def check_verl_engine_config(cfg: DictConfig) -> None:
+def check_verl_engine_config(run: RunConfig) -> None:
     """What this engine cannot honour, refused before Ray starts (each error names the key)."""
-    from agent_system.environments.config import env_config_from_mapping
     from recipe.forge.engines.verl.distill import check_distillation_config
     from recipe.forge.engines.verl.rollout_logprobs import check_rollout_log_probs
 
-    validated = validate_config(cfg)
+    cfg = verl_config(run)
     check_rollout_log_probs(cfg)
-    check_distillation_config(validated.algorithm, env_config_from_mapping(OmegaConf.to_container(cfg.env, resolve=True)))
-    if str(cfg.algorithm.forge.extractor) == "llm" and resolve_device(cfg) == "cpu":
+    check_distillation_config(run.algorithm, run.env)
+    if run.algorithm.forge.extractor == "llm" and resolve_device(cfg) == "cpu":
         raise ConfigError(
             "algorithm.forge.extractor=llm needs the rollout servers' OpenAI endpoint, which the CPU backend's hf "
             "server does not have: use algorithm.forge.extractor=rule with trainer.device=cpu"
         )
 
 
-def run_verl(cfg: DictConfig) -> None:
-    """Train with verl: validate, prepare the tasks, and hand the config to verl's ``run_ppo``."""
-    check_verl_engine_config(cfg)
-    cfg = prepare_verl_config(cfg)
+def run_verl(run: RunConfig) -> None:
+    """Train with verl: prepare verl's config and the tasks, and hand them to verl's ``run_ppo``."""
+    cfg = prepare_verl_config(run)
     if cfg.trainer.device == "cpu":
         use_cpu_platform_in_this_process()
 

@@ -1,0 +1,72 @@
+"""The training loop of the in-process engines (the embedded trainer and the prompt-only runner): resume,
+iterate, validate and checkpoint on schedule, log.
+
+An engine gives :func:`fit` four things (:class:`IterativeEngine`): ``resume()`` (iterations already done),
+``train_iteration(i)`` (one iteration's metrics), ``validate()`` (held-out metrics, with and without the library)
+and ``save(done)``; its ``iteration`` attribute is the number of iterations done, which a validation pass runs
+after and names its dump by.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Protocol
+
+from tqdm.auto import tqdm
+
+from recipe.forge.run_config import RunConfig
+
+
+class IterativeEngine(Protocol):
+    iteration: int
+
+    def resume(self) -> int: ...
+
+    def train_iteration(self, iteration: int) -> dict[str, float]: ...
+
+    def validate(self) -> dict[str, float]: ...
+
+    def save(self, iteration: int) -> object: ...
+
+
+def is_due(done: int, every: int, total: int) -> bool:
+    """Whether a periodic action (validation ``test_freq``, checkpoint ``save_freq``) runs after iteration ``done``
+    of ``total``: every ``every`` iterations and after the last one; never when ``every`` <= 0."""
+    return every > 0 and (done % every == 0 or done == total)
+
+
+def fit(engine: IterativeEngine, run: RunConfig, description: str) -> list[dict[str, float]]:
+    """Train ``engine`` to ``trainer.total_training_steps`` iterations; returns the metrics this process logged.
+
+    With ``trainer.val_only`` it only evaluates the restored state (:func:`evaluate_only`)."""
+    from recipe.forge.engines.local.tracking import MetricsTracker
+    from recipe.forge.engines.local.validation import evaluate_only, library_effect
+
+    t = run.trainer
+    start = engine.iteration = engine.resume()
+    if t.val_only:
+        return evaluate_only(t, start, engine.validate, run.composed)
+    tracker = MetricsTracker(Path(t.output_dir), t.loggers, t.project_name, t.experiment_name, run.composed,
+                             resume_after=start if start > 0 else None)
+    history = []
+    if start == 0 and t.val_before_train and t.test_freq > 0:
+        history.append({"iteration": 0, **engine.validate()})
+        tracker.log(0, history[-1])
+    for iteration in tqdm(range(start, t.total_iterations), desc=description, initial=start,
+                          total=t.total_iterations, disable=not run.local.progress):
+        started = time.perf_counter()
+        metrics = engine.train_iteration(iteration)
+        done = engine.iteration = iteration + 1
+        if is_due(done, t.test_freq, t.total_iterations):
+            metrics.update(engine.validate())
+            effect = library_effect(metrics)
+            if effect is not None:
+                tqdm.write(f"iteration {done}: {effect}")
+        metrics["timing_s/step"] = time.perf_counter() - started
+        tracker.log(done, metrics)
+        history.append({"iteration": done, **metrics})
+        if is_due(done, t.save_freq, t.total_iterations):
+            engine.save(done)
+    tracker.close()
+    return history
