@@ -27,15 +27,14 @@ from PIL import Image
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from agent_system.environments.config import env_config_from_mapping
-from agent_system.multi_turn_rollout.protocols import (GenerationOutput, StepExperience, StepQuery, StepRecord,
-                                                       TrajectoryRecord)
+from agent_system.multi_turn_rollout.protocols import (ACTION_STOP, GenerationOutput, StepExperience, StepQuery,
+                                                       StepRecord, TrajectoryRecord)
 from agent_system.multi_turn_rollout.step import finish_step, prepare_steps, response_text
 from recipe.forge.engines.verl.episode import EpisodeSession, EpisodeView, StepOutcome
 from recipe.forge.engines.verl.library_channel import NO_LIBRARY, WORKER_LIBRARY
 from recipe.forge.engines.verl.row_codec import StepExtras, row_from_record
 
 AGENT_NAME = "forge_agent"
-ACTION_STOP = ("</action>",)  # the embedded engine stops there too; the stop string stays in the response
 KEEP_STOP_STRING = {"sglang": "no_stop_trim"}  # backend -> its name of "keep the stop string"; others: vLLM's
 
 
@@ -130,7 +129,7 @@ class ForgeAgentLoop(AgentLoopBase):
                 view = next_view
         finally:
             await session.close()
-        return self._outputs(steps, version, env_seconds)
+        return episode_outputs(steps, version, env_seconds, self.tokenizer.eos_token_id)
 
     # ------------------------------------------------------------------ steps
     async def _generate(self, messages: list[dict[str, Any]], sampling_params: dict[str, Any]) -> ServerGeneration:
@@ -157,10 +156,6 @@ class ForgeAgentLoop(AgentLoopBase):
         )
 
     # ---------------------------------------------------------------- outputs
-    def _outputs(self, steps: list[EpisodeStep], version: int | None, env_seconds: float) -> list[AgentLoopOutput]:
-        """:func:`episode_outputs` with this loop's tokenizer's EOS."""
-        return episode_outputs(steps, version, env_seconds, self.tokenizer.eos_token_id)
-
 
 def episode_trajectory(steps: Sequence[EpisodeStep]) -> TrajectoryRecord:
     """The TrajectoryRecord of an episode's steps (at least one): task and outcome as the last step left them,
