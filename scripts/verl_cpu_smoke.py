@@ -8,7 +8,8 @@ and reads verl's metrics file. Prints a table, or one JSON line with ``--json``:
   iterations, estimator, grad_norm (last iteration), grad_norms and advantage_abs_max (per iteration: an
   iteration whose advantages are all zero has no gradient), experiences_per_step (mean over iteration 2),
   rollout_actor_logprob_diff_max (max |rollout server log-prob - actor log-prob| over the same tokens),
-  success_rate and valid_action_ratio per iteration, seconds per iteration, wall_s.
+  success_rate and valid_action_ratio per iteration, seconds per iteration, wall_s, and the last validation's
+  figures (``validation``: success rate and episodes with the library and without it; with trainer.test_freq set).
 
 Usage: python scripts/verl_cpu_smoke.py [--json] [--estimator forge|gigpo|grpo] [--iterations 2] [--distill]
        [--kl] [--save-freq N] [--resume] [--out DIR] [--model tiny|smollm2] [extra Hydra overrides ...]
@@ -26,6 +27,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+VALIDATION_FIGURES = ("success_rate", "num_trajectories", "lessons_checkable")
 
 
 def run_overrides(args: argparse.Namespace, model_path: str, out: Path) -> list[str]:
@@ -90,6 +92,8 @@ def summarise(history: list[dict], estimator: str, wall_s: float) -> dict:
         "success_rate": [h.get("success_rate") for h in history],
         "valid_action_ratio": [h.get("valid_action_ratio") for h in history],
         "seconds_per_iteration": [h.get("timing_s/step") for h in history],
+        "validation": {key: value for h in history for key, value in h.items()
+                       if key.split("/")[-1] in VALIDATION_FIGURES and key.split("/")[0] in ("val", "val_no_library")},
         "wall_s": round(wall_s, 1),
     }
 

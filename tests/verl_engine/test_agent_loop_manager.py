@@ -30,6 +30,7 @@ def verl_stack(tiny_model_dir, run_config_factory, tmp_path_factory, verl_rollou
     from verl.trainer.ppo.utils import create_rl_dataset
 
     from recipe.forge.engines.verl.main import prepare_verl_config
+    from recipe.forge.run_config import load_run_config
     from recipe.forge.engines.verl.scripted_client import ScriptedLLMClient
 
     out = tmp_path_factory.mktemp("verl_run")
@@ -61,7 +62,7 @@ def verl_stack(tiny_model_dir, run_config_factory, tmp_path_factory, verl_rollou
             "trainer.total_training_steps=2",
         ]
     )
-    cfg = prepare_verl_config(cfg)
+    cfg = prepare_verl_config(load_run_config(cfg))
     with verl_rollout.agent_loop_stack(cfg, ScriptedLLMClient(cfg)) as manager:
         tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
         dataset = create_rl_dataset(cfg.data.train_files, cfg.data, tokenizer, None, is_train=True, max_samples=8)
@@ -286,9 +287,14 @@ def test_validation_runs_with_the_evolved_library_and_is_dumped(verl_stack, monk
     data = fetch(meta, ["prompts", "extra_fields"])
     rows = [getattr(e, "data", e) for e in data.pop("extra_fields").tolist()]
     prompts = data["prompts"].to_padded_tensor(tokenizer.pad_token_id)
-    forge.end_validation(1)
+    metrics = forge.end_validation(1)
 
     assert {r["library_version"] for r in rows} == {1}  # the library evolved by iteration 0, not the one it ran with
+    episodes = {r["traj_uid"]: r for r in rows}  # every row carries its episode's outcome
+    assert metrics["val/num_trajectories"] == len(episodes) == 2 * cfg.actor_rollout_ref.rollout.val_kwargs.n
+    assert metrics["val/num_steps"] == len(rows)
+    assert metrics["val/success_rate"] == pytest.approx(np.mean([r["success"] for r in episodes.values()]))
+    assert "val/forge/lessons_checkable" in metrics  # the lessons shown, checked as on the embedded engine
     lines = [json.loads(line) for line in (dump / "val" / "1.jsonl").read_text().splitlines()]
     assert sorted(p.relative_to(dump).as_posix() for p in dump.rglob("*")) == ["val", "val/1.jsonl"]
     assert len(lines) == len(rows) and {line["step"] for line in lines} == {1}
@@ -302,3 +308,16 @@ def test_validation_runs_with_the_evolved_library_and_is_dumped(verl_stack, monk
         for entry in line["experiences"]:
             assert (entry["level"], entry["text"]) == (entries[int(entry["id"])].level, entries[int(entry["id"])].text)
             assert entry["text"] in line["input"]
+
+    # the second pass, as the embedded engine runs it: the same held-out tasks without the library
+    assert forge.validation_passes == ("val", "val_no_library")
+    forge.begin_validation(0, "val_no_library")
+    meta, _ = verl_stack["helpers"].submit_tasks(verl_stack["manager"], tasks, 1, validate=True,
+                                                 wrap=lambda buffer: ValidationRowTap(buffer, forge.keep_validation_batch))
+    plain_rows = [getattr(e, "data", e) for e in fetch(meta, ["extra_fields"]).pop("extra_fields").tolist()]
+    plain = forge.end_validation(1, "val_no_library")
+    assert {r["library_version"] for r in plain_rows} == {-1}  # nothing published: no library
+    assert all(not r["experience_ids"] and not r["experience_text"] for r in plain_rows)
+    assert set(plain) == {k.replace("val/", "val_no_library/", 1) for k in metrics if not k.startswith("val/forge/")}
+    assert plain["val_no_library/num_trajectories"] == metrics["val/num_trajectories"]
+    assert (dump / "val_no_library" / "1.jsonl").read_text().count("\n") == len(plain_rows)

@@ -1,14 +1,16 @@
-"""Validation passes shared by the embedded trainer and prompt-only mode: held-out tasks with the library and,
-for SLEA-RL, the same tasks without it, so the library's contribution shows in the metrics. With
-``trainer.rollout_data_dir`` every pass's steps are dumped too (rollout_dump.py: ``val/<iteration>.jsonl``,
-``val_no_library/<iteration>.jsonl``)."""
+"""Validation passes: held-out tasks with the library and, for SLEA-RL, the same tasks without it, so the library's
+contribution shows in the metrics. The embedded trainer and prompt-only mode run them here; the verl engine runs
+the same two passes through verl's own validation and reports them with :func:`pass_metrics` too
+(recipe/forge/engines/verl/forge_steps.py). With ``trainer.rollout_data_dir`` every pass's steps are dumped
+(rollout_dump.py: ``val/<iteration>.jsonl``, ``val_no_library/<iteration>.jsonl``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Callable
 
-from agent_system.multi_turn_rollout.protocols import SamplingParams
+from agent_system.multi_turn_rollout.protocols import RolloutBatch, SamplingParams
+from agent_system.multi_turn_rollout.rollout_loop import rollout_metrics
 from recipe.forge.engines.local.rollout_dump import RolloutDump, shown_entries
 
 
@@ -28,13 +30,20 @@ def validation_metrics(collector, envs, generator, sampling: SamplingParams, exp
     for prefix, system in runs:
         provider = system.provider if system is not None else None
         batch = collector.collect(envs, generator, sampling, experience_provider=provider, dynamic_sampling=False)
-        metrics.update({f"{prefix}/{k}": v for k, v in batch.metrics.items()})
-        if system is not None:  # what the held-out states were told, checked against the expert
-            steps = [step for trajectory in batch.trajectories for step in trajectory.steps]
-            metrics.update({f"{prefix}/{k}": v for k, v in system.lesson_quality(steps).items()})
+        metrics.update(pass_metrics(prefix, batch, system))
         if dump is not None:
             entries = shown_entries(batch.trajectories, system.library if system is not None else None)
             dump.write(batch.trajectories, iteration, entries, pass_name=prefix)
+    return metrics
+
+
+def pass_metrics(prefix: str, batch: RolloutBatch, system=None) -> dict[str, float]:
+    """``<prefix>/*``: a validation pass's episode metrics (success rate, rewards, lengths, valid actions, ...) and,
+    for a pass rolled out with ``system``'s experiences, the quality of the lessons it showed the held-out states
+    (``<prefix>/forge/lesson_precision`` ..., checked against the environment's expert)."""
+    metrics = {f"{prefix}/{k}": v for k, v in rollout_metrics(batch).items()}
+    if system is not None:
+        metrics.update({f"{prefix}/{k}": v for k, v in system.lesson_quality(batch.steps).items()})
     return metrics
 
 

@@ -9,8 +9,9 @@ ForgeTrainer (trainer.py) builds one :class:`ForgeSteps` and calls it from verl'
 * ``checkpoint_saved`` when verl wrote a checkpoint this iteration;
 * ``end_iteration`` after verl's weight sync: evolution from the kept rows, the forge/* metrics, and the library
   saved into that checkpoint;
-* ``begin_validation``, ``keep_validation_batch``, ``end_validation`` around a validation pass: with
-  ``trainer.rollout_data_dir`` its rows are dumped as ``val/<global step>.jsonl``.
+* ``begin_validation``, ``keep_validation_batch``, ``end_validation`` around each validation pass (``val`` with the
+  library, then, with a library, ``val_no_library`` without it, as on the embedded engine): the pass's
+  ``<pass>/*`` metrics, and with ``trainer.rollout_data_dir`` its rows dumped as ``<pass>/<global step>.jsonl``.
 
 It needs no actor worker (only Ray, for the library's broker), so it runs without verl's trainer as well.
 """
@@ -22,11 +23,15 @@ from typing import Any, Callable, Sequence
 
 from verl.utils.debug import marked_timer
 
+from agent_system.multi_turn_rollout.protocols import RolloutBatch
 from recipe.forge.engines.local.rollout_dump import decoded_prompt, rollout_dump
+from recipe.forge.engines.local.validation import pass_metrics
 from recipe.forge.engines.verl import step_batch
 from recipe.forge.engines.verl.distill import check_distillation_config
 from recipe.forge.engines.verl.library_driver import LibraryDriver, RolloutServerLLM
-from recipe.forge.engines.verl.validation_dump import fetch_rows, write_validation
+from recipe.forge.engines.verl.validation_dump import fetch_rows, validation_trajectories, write_validation
+
+WITH_LIBRARY, WITHOUT_LIBRARY = "val", "val_no_library"  # the validation passes, as the embedded engine names them
 from recipe.forge.step_samples import StepSamples
 
 
@@ -90,19 +95,33 @@ class ForgeSteps:
             self._checkpoint_folder = None
         return metrics
 
-    def begin_validation(self, iteration: int) -> None:
-        """Publish the library as it is now, so validation after ``iteration`` runs with the library evolved from it
-        (the iteration's own publication predates that evolution), as on the embedded engine."""
-        self.library.begin_iteration(iteration)
+    @property
+    def validation_passes(self) -> tuple[str, ...]:
+        """``val`` (with the library), then ``val_no_library`` when there is a library to leave out."""
+        return (WITH_LIBRARY, WITHOUT_LIBRARY) if self.library.enabled else (WITH_LIBRARY,)
+
+    def begin_validation(self, iteration: int, pass_name: str = WITH_LIBRARY) -> None:
+        """Publish what the pass runs with: for ``val`` the library as it is now, so validation after ``iteration``
+        runs with the library evolved from it (the iteration's own publication predates that evolution), as on
+        the embedded engine; for ``val_no_library`` no library."""
+        if pass_name == WITH_LIBRARY:
+            self.library.begin_iteration(iteration)
+        else:
+            self.library.withhold(iteration)
         self._validation_rows = []
 
     def keep_validation_batch(self, batch: Any) -> None:
         """Keep the rows of a validation batch (a KVBatchMeta) verl sampled, before verl clears them."""
         self._validation_rows.extend(fetch_rows(batch))
 
-    def end_validation(self, global_step: int) -> None:
-        """With ``trainer.rollout_data_dir``: the pass's kept rows as ``val/<global_step>.jsonl``."""
-        if self._dump is not None:
-            library = self.library.system.library if self.library.enabled else None
-            write_validation(self._dump, self._validation_rows, global_step, library)
+    def end_validation(self, global_step: int, pass_name: str = WITH_LIBRARY) -> dict[str, float]:
+        """The pass's ``<pass_name>/*`` metrics from its kept rows (validation.pass_metrics, as on the embedded
+        engine: episode metrics, and the shown lessons' quality for ``val`` with a library); with
+        ``trainer.rollout_data_dir`` the rows as ``<pass_name>/<global_step>.jsonl``."""
+        trajectories = validation_trajectories(self._validation_rows)
         self._validation_rows = []
+        system = self.library.system if self.library.enabled and pass_name == WITH_LIBRARY else None
+        if self._dump is not None:
+            write_validation(self._dump, trajectories, global_step, system.library if system else None, pass_name)
+        steps = [step for trajectory in trajectories for step in trajectory.steps]
+        return pass_metrics(pass_name, RolloutBatch(steps, trajectories), system)

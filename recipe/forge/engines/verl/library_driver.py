@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import ray
 
 from recipe.forge.experience.metrics import RetrievalStats, reward_metrics
-from recipe.forge.engines.verl.library_channel import get_or_create_broker
+from recipe.forge.engines.verl.library_channel import NO_LIBRARY, get_or_create_broker
 from recipe.forge.engines.verl.row_codec import extras_from_row, record_from_row, trajectories_from_rows
 
 
@@ -84,6 +84,15 @@ class LibraryDriver:
             self._broker = get_or_create_broker()
         snapshot = self.system.snapshot(with_search=True)  # workers restore the search instead of rebuilding it
         ray.get(self._broker.publish.remote(self.publisher_id, self.version, iteration, snapshot))
+
+    def withhold(self, iteration: int) -> None:
+        """Publish no library: the workers' next episodes run without experiences (the ``val_no_library`` pass)
+        until the next :meth:`begin_iteration` publishes the library again."""
+        if not self.enabled:
+            return
+        if self._broker is None:
+            self._broker = get_or_create_broker()
+        ray.get(self._broker.publish.remote(self.publisher_id, NO_LIBRARY, iteration, None))
 
     def absorb(self, rows: Sequence[dict]) -> list[int | None]:
         """The driver's cluster of each row's step, one id per row (the rows are left as they are): the

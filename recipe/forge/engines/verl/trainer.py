@@ -255,16 +255,20 @@ class ForgeTrainer(PPOTrainerSync):
         self.forge.begin_iteration(max(self.global_steps - 1, 0))
 
     # ------------------------------------------------------------ validation
-    def on_validate_begin(self):
-        """Publish the library as it is now: validation after iteration k then runs with the library evolved from
-        k (the last publication, at the start of k, predates that evolution), as the embedded engine's does."""
-        super().on_validate_begin()
-        self.forge.begin_validation(max(self.global_steps - 1, 0))
-
-    def on_validate_end(self):
-        """With ``trainer.rollout_data_dir``: the pass's steps as ``val/<global step>.jsonl``."""
-        super().on_validate_end()
-        self.forge.end_validation(self.global_steps)
+    def _validate(self) -> dict[str, float]:
+        """The embedded engine's validation rule, through verl's own validation: the held-out tasks
+        (``val_kwargs.n`` copies each) with the library as it is after this iteration's evolution, logged as
+        verl's ``val-core/*`` and SLEA-RL's ``val/*``; then, with a library, the same tasks without it, logged as
+        ``val_no_library/*`` only (verl's figures of that pass would overwrite the first pass's)."""
+        iteration = max(self.global_steps - 1, 0)
+        metrics: dict[str, float] = {}
+        for pass_name in self.forge.validation_passes:
+            self.forge.begin_validation(iteration, pass_name)
+            verl_metrics = super()._validate()
+            if pass_name == WITH_LIBRARY:
+                metrics.update(verl_metrics)
+            metrics.update(self.forge.end_validation(self.global_steps, pass_name))
+        return metrics
 
     def on_step_begin(self):
         super().on_step_begin()

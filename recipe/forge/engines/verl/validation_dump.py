@@ -1,22 +1,21 @@
-"""``trainer.rollout_data_dir`` on the verl engine: every validation step, in the one dump format the embedded
-engine writes (recipe/forge/engines/local/rollout_dump.py), as ``<rollout_data_dir>/val/<global step>.jsonl``.
+"""The verl engine's validation rows, kept for SLEA-RL's validation metrics and, with ``trainer.rollout_data_dir``,
+written in the one dump format the embedded engine writes (recipe/forge/engines/local/rollout_dump.py), as
+``<rollout_data_dir>/<pass>/<global step>.jsonl`` (``val``, and ``val_no_library`` for SLEA-RL).
 
 verl's ``_validate`` samples each validation batch from its replay buffer (partition ``val``), reads what its
 own metrics need and clears the batch from TransferQueue. :class:`ValidationRowTap` wraps the replay buffer and,
 as each ``val`` batch is sampled, keeps its rows: the extra_fields the forge agent loop wrote from its
 StepRecords, with the row's prompt ids. At the end of the pass the rows go back into TrajectoryRecords through
 the row codec the library driver uses (``row_codec.trajectories_from_rows``) and out through the same line
-writer as the embedded engine's, so both engines write the same fields.
-
-verl's validation is one pass, with the library the workers hold (SLEA-RL's ``val_no_library`` pass exists on
-the embedded engine only), so only ``val/`` is written. verl's own training dump (``<dir>/<global step>.jsonl``,
-verl's fields) is left as verl writes it.
+writer as the embedded engine's, so both engines write the same fields. verl's own training dump
+(``<dir>/<global step>.jsonl``, verl's fields) is left as verl writes it.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from agent_system.multi_turn_rollout.protocols import TrajectoryRecord
 from recipe.forge.engines.local.rollout_dump import RolloutDump, shown_entries
 from recipe.forge.engines.verl.row_codec import trajectories_from_rows
 
@@ -52,12 +51,17 @@ class ValidationRowTap:
         return getattr(self._buffer, name)
 
 
-def write_validation(dump: RolloutDump, rows: Sequence[dict], global_steps: int, library: Any | None):
-    """Write one validation pass's ``rows`` (extra_fields with ``prompt_ids``) as ``val/<global_steps>.jsonl``;
-    ``library``: the ExperienceLibrary the workers were published (None without one), for the shown entries."""
+def validation_trajectories(rows: Sequence[dict]) -> list[TrajectoryRecord]:
+    """The TrajectoryRecords of one validation pass's ``rows`` (extra_fields with ``prompt_ids``)."""
     foreign = sum(1 for row in rows if "traj_uid" not in row)
     if foreign:
-        raise ValueError(f"{foreign} of {len(rows)} validation rows carry no forge step fields in extra_fields: the "
-                         "rollout dump needs actor_rollout_ref.rollout.agent.default_agent_loop=forge_agent")
-    trajectories = trajectories_from_rows(rows)
-    return dump.write(trajectories, global_steps, shown_entries(trajectories, library), pass_name=VAL_PARTITION)
+        raise ValueError(f"{foreign} of {len(rows)} validation rows carry no forge step fields in extra_fields: "
+                         "SLEA-RL's validation needs actor_rollout_ref.rollout.agent.default_agent_loop=forge_agent")
+    return trajectories_from_rows(rows)
+
+
+def write_validation(dump: RolloutDump, trajectories: Sequence[TrajectoryRecord], global_steps: int,
+                     library: Any | None, pass_name: str = "val"):
+    """Write one validation pass as ``<pass_name>/<global_steps>.jsonl``; ``library``: the ExperienceLibrary the
+    workers were published for the pass (None without one), for the shown entries."""
+    return dump.write(trajectories, global_steps, shown_entries(trajectories, library), pass_name=pass_name)
