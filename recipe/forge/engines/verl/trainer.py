@@ -39,7 +39,7 @@ from verl.workers.utils.padding import response_from_nested, response_to_nested
 
 from recipe.forge.distillation import distillation_weight
 from recipe.forge.engines.verl.distill import distillation_advantage
-from recipe.forge.engines.verl.forge_steps import ForgeSteps
+from recipe.forge.engines.verl.forge_steps import WITH_LIBRARY, ForgeSteps
 from recipe.forge.engines.verl.rollout_logprobs import has_rollout_log_probs, rollout_correction_runs
 from recipe.forge.engines.verl.validation_dump import ValidationRowTap
 from recipe.forge.step_samples import (STEP_ESTIMATORS, StepSamples, samples_advantage, section_value, step_returns,
