@@ -93,6 +93,7 @@ class StepRecord:
     info: dict[str, Any] = field(default_factory=dict)
     admissible_actions: tuple[str, ...] = ()  # the actions the environment listed at ``anchor_obs``
     expert_action: str | None = None  # the environment's expert action at this state (None: it has no expert)
+    experiences_dropped: int = 0  # retrieved entries left out so that the prompt fits rollout.prompt_length
 
 
 @runtime_checkable

@@ -2,7 +2,8 @@
 
 Per step, for the environments still active only: the shared step path (``step.prepare_steps``) retrieves the
 experiences for the raw (anchor) observations and builds the messages (by default [system: experience text (when
-non-empty), user: prompt]), the generator answers all of them in one call, the manager projects and applies the
+non-empty), user: prompt]), which the collector's ``prompt_budget`` (``prompt_fit.py``) fits into the prompt length,
+the generator answers all of them in one call, the manager projects and applies the
 answers, ``step.finish_step`` makes the StepRecords (with each environment's expert action at the state it acted
 on, where it has one) and the optional step observer sees them. Finished environments cost no generation.
 """
@@ -26,6 +27,7 @@ from agent_system.multi_turn_rollout.protocols import (
     StepRecord,
     TrajectoryRecord,
 )
+from agent_system.multi_turn_rollout.prompt_fit import PromptBudget, prompt_metrics
 from agent_system.multi_turn_rollout.step import finish_step, prepare_steps, response_text
 
 
@@ -39,7 +41,8 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
     ``task_score/mean`` (the final step's ``info["task_score"]``, e.g. WebShop's purchase score in [0, 1]) where
     the environment reports one; a trajectory without steps scores 0."""
     trajs = batch.trajectories
-    metrics: dict[str, float] = {"num_trajectories": float(len(trajs)), "num_steps": float(len(batch.steps))}
+    metrics: dict[str, float] = {"num_trajectories": float(len(trajs)), "num_steps": float(len(batch.steps)),
+                                 **prompt_metrics(batch.steps)}
     if not trajs:
         return metrics
     success = np.array([t.success for t in trajs], dtype=np.float64)
@@ -91,12 +94,16 @@ class TrajectoryCollector:
     ``dynamic_sampling/filled_groups``) so that it always holds B groups.
     """
 
-    def __init__(self, dynamic_sampling: bool = False, max_num_gen_batches: int = 4, progress: bool = False):
+    def __init__(self, dynamic_sampling: bool = False, max_num_gen_batches: int = 4, progress: bool = False,
+                 prompt_budget: PromptBudget | None = None):
+        """``prompt_budget``: the prompt-length rule (None: prompts are generated whatever their length, as on a chat
+        endpoint that enforces its own context)."""
         if isinstance(max_num_gen_batches, bool) or not isinstance(max_num_gen_batches, int) or max_num_gen_batches < 0:
             raise ValueError(f"max_num_gen_batches={max_num_gen_batches!r} must be an integer >= 0 (0 = no limit)")
         self.dynamic_sampling = dynamic_sampling
         self.max_num_gen_batches = max_num_gen_batches
         self.progress = progress
+        self.prompt_budget = prompt_budget
         self.generation_calls = 0  # generator.generate calls made by this collector (all rollouts)
 
     @classmethod
@@ -195,7 +202,10 @@ class TrajectoryCollector:
                       traj_uid=envs.traj_uids[i], step=int(envs.step_count[i]), admissible_actions=obs.admissible[i])
             for i in idx
         ]
-        prepared = prepare_steps(queries, [obs.text[i] for i in idx], [obs.image[i] for i in idx], provider)
+        prompts, images = [obs.text[i] for i in idx], [obs.image[i] for i in idx]
+        prepared = prepare_steps(queries, prompts, images, provider)
+        if self.prompt_budget is not None:
+            prepared = [self.prompt_budget.fit(p, prompt, image) for p, prompt, image in zip(prepared, prompts, images)]
         experts = envs.recorded_expert_actions(idx)  # at the state acted on, before the environment steps
         outputs = generator.generate([p.messages for p in prepared], sampling)
         self.generation_calls += 1

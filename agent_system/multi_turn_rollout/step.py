@@ -2,6 +2,8 @@
 
 * :func:`prepare_steps`: the step's queries (raw anchor observations) -> the experience provider's experiences ->
   the messages given to the policy (:func:`build_messages`);
+* the engine fits each prepared step into ``rollout.prompt_length`` tokens by the one rule of both engines
+  (prompt_fit.py: experience entries give way, the observation never does);
 * the engine generates: the embedded engine for a batch of environments in one call (HFGenerator), the verl
   engine for one episode per coroutine (verl's server manager); either way one GenerationOutput per step;
 * the engine applies :func:`response_text` to the environment; :func:`finish_step` turns the prepared step, its
@@ -39,6 +41,7 @@ class PreparedStep:
     experience: StepExperience
     messages: list[Message]  # what the policy is given (experiences placed as ``experience.placement`` says)
     plain_messages: list[Message]  # the same prompt without experiences (the distillation student's view)
+    experiences_dropped: int = 0  # shown entries left out to fit rollout.prompt_length (prompt_fit.py)
 
 
 def build_messages(prompt: str, image: Any | None, experience: StepExperience) -> tuple[list[Message], list[Message]]:
@@ -104,4 +107,5 @@ def finish_step(prepared: PreparedStep, output: GenerationOutput, reward: float,
         info=kept,
         admissible_actions=tuple(query.admissible_actions),
         expert_action=expert_action,
+        experiences_dropped=prepared.experiences_dropped,
     )

@@ -62,6 +62,7 @@ class RolloutSection:
     top_p: float
     top_k: int  # -1 (and 0): no top-k filter
     response_length: int  # max new tokens per step
+    prompt_length: int  # max prompt tokens per step: experiences give way first (agent_system/.../prompt_fit.py)
     val_temperature: float  # val_kwargs.temperature; 0 = greedy
     val_top_p: float
     val_top_k: int
@@ -139,6 +140,7 @@ def read_rollout(reader: ConfigReader) -> RolloutSection:
         top_p=reader.number(f"{ROLLOUT}.top_p", 0.0, 1.0, low_inclusive=False),
         top_k=reader.integer(f"{ROLLOUT}.top_k", -1),
         response_length=reader.integer(f"{ROLLOUT}.response_length", 1),
+        prompt_length=reader.integer(f"{ROLLOUT}.prompt_length", 1),
         val_temperature=reader.number(f"{ROLLOUT}.val_kwargs.temperature", 0.0),
         val_top_p=reader.number(f"{ROLLOUT}.val_kwargs.top_p", 0.0, 1.0, low_inclusive=False),
         val_top_k=reader.integer(f"{ROLLOUT}.val_kwargs.top_k", -1),

@@ -96,3 +96,11 @@ def test_validation_runs_val_kwargs_n_copies_of_each_held_out_task(compose_cfg, 
     trainer = LocalTrainer(validate(cfg), Components(policy=taught_policy))
     metrics = trainer.validate()
     assert metrics["val/num_trajectories"] == metrics["val_no_library/num_trajectories"] == 1 * expected
+
+
+def test_a_bare_prompt_over_rollout_prompt_length_stops_the_run_naming_the_key(compose_cfg, run_overrides, tmp_path,
+                                                                              taught_policy):
+    cfg = compose_cfg(run_overrides(tmp_path) + ["actor_rollout_ref.rollout.prompt_length=8"])
+    trainer = LocalTrainer(validate(cfg), Components(policy=taught_policy))
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref.rollout.prompt_length=8 is shorter than the prompt"):
+        trainer.train_iteration(0)

@@ -26,7 +26,8 @@ G = 2
 OVERRIDES = [
     "env.env_name=gym_cards/NumberLine-v0", "env.gym_cards.target_max=3", "env.max_steps=3", f"env.rollout.n={G}",
     "env.history_length=0", f"data.train_batch_size={len(SEEDS)}", "data.val_batch_size=1",
-    "algorithm.adv_estimator=forge", "algorithm.gamma=0.9", "algorithm.forge.warmup_iterations=0",
+    "trainer.engine=verl", "algorithm.adv_estimator=forge", "algorithm.gamma=0.9",
+    "algorithm.forge.warmup_iterations=0",
     "algorithm.forge.min_library_size=0", "algorithm.forge.extractor=rule",
     "algorithm.forge.injection=user_suffix", "algorithm.forge.lesson_style=imperative",  # the main job's choices
     "actor_rollout_ref.rollout.temperature=0", "actor_rollout_ref.rollout.response_length=12",
@@ -72,25 +73,38 @@ def library_v1(run_config_factory, tmp_path_factory):
     return {"cfg": cfg, "system": system, "model_dir": model_dir, "tokenizer": tokenizer, "out": out}
 
 
-def local_first_iteration(state, snapshot):
+def with_prompt_length(cfg, prompt_length: int):
+    """``cfg`` with ``prompt_length`` as verl's rollout.prompt_length and data.max_prompt_length."""
+    from omegaconf import OmegaConf
+
+    cfg = cfg.copy()
+    OmegaConf.update(cfg, "actor_rollout_ref.rollout.prompt_length", prompt_length)
+    OmegaConf.update(cfg, "data.max_prompt_length", prompt_length)
+    return cfg
+
+
+def local_first_iteration(state, snapshot, prompt_length: int = 1024):
     from agent_system.environments import make_envs
+    from agent_system.multi_turn_rollout.prompt_fit import PromptBudget
     from agent_system.multi_turn_rollout.protocols import SamplingParams
     from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
-    from recipe.forge.run_config import load_run_config
+    from recipe.forge.config_schema import validate_algorithm
     from recipe.forge.engines.local.advantages import compute_advantages
     from recipe.forge.engines.local.batch import build_step_batch
     from recipe.forge.engines.local.generation import HFGenerator
     from recipe.forge.experience import ExperienceSystem
     from transformers import AutoModelForCausalLM
 
-    cfg, tokenizer = state["cfg"], state["tokenizer"]
+    cfg, tokenizer = with_prompt_length(state["cfg"], prompt_length), state["tokenizer"]
     system = ExperienceSystem.from_snapshot(snapshot, tokenizer)  # the library both engines start from
     system.begin_iteration(1)
     envs, _ = make_envs(cfg)
     model = AutoModelForCausalLM.from_pretrained(state["model_dir"], dtype=torch.float32)
     greedy = SamplingParams(temperature=0.0, do_sample=False, max_new_tokens=12, stop=("</action>",))
-    rollout = TrajectoryCollector().collect(envs, HFGenerator(model, tokenizer), greedy, system.provider, seeds=SEEDS)
-    algorithm = load_run_config(cfg).algorithm
+    generator = HFGenerator(model, tokenizer)
+    collector = TrajectoryCollector(prompt_budget=PromptBudget(prompt_length, generator.prompt_length))  # the trainer's
+    rollout = collector.collect(envs, generator, greedy, system.provider, seeds=SEEDS)
+    algorithm = validate_algorithm(cfg.algorithm)
     batch = build_step_batch(rollout, tokenizer.pad_token_id, algorithm.gamma, algorithm.invalid_action_penalty_coef)
     advantages, _ = compute_advantages(batch, algorithm)
     keys = [(int(r.uid.rsplit("seed", 1)[1]), r.step) for r in batch.records]
@@ -103,10 +117,12 @@ def local_first_iteration(state, snapshot):
         "expert": [r.expert_action for r in batch.records],
         "advantage": advantages[:, 0].tolist(),
         "experiences": sum(bool(r.experience_ids) for r in batch.records),
+        "dropped": [r.experiences_dropped for r in batch.records],
+        "bare_length": max(generator.prompt_length(r.plain_messages) for r in batch.records),
     }
 
 
-def verl_first_iteration(state, snapshot, verl_rollout):
+def verl_first_iteration(state, snapshot, verl_rollout, prompt_length: int = 1024):
     import ray
     import transfer_queue as tq
     from tensordict import TensorDict
@@ -119,7 +135,7 @@ def verl_first_iteration(state, snapshot, verl_rollout):
     from recipe.forge.engines.verl.scripted_client import ServerActorClient
     from recipe.forge.engines.verl.trainer import compute_batch_advantages
 
-    cfg = prepare_verl_config(load_run_config(state["cfg"]))
+    cfg = prepare_verl_config(load_run_config(with_prompt_length(state["cfg"], prompt_length)))
     task_rows(cfg.env.env_name, np.array(SEEDS), "train").to_parquet(cfg.data.train_files)
     tokenizer = state["tokenizer"]
     with verl_rollout.agent_loop_stack(cfg, ServerActorClient(cfg, server_name(0))) as manager:
@@ -141,13 +157,14 @@ def verl_first_iteration(state, snapshot, verl_rollout):
         responses = [r.tolist() for r in data["responses"].unbind()]
     keep = np.flatnonzero(real)
     return {
-        "keys": [(int(seed_of[row_uids[i]]), int(extra[i]["step_index"])) for i in keep],
+        "keys": [(int(seed_of[row_uids[i]]), int(extra[i]["step"])) for i in keep],
         "prompt_ids": [prompts[i] for i in keep],  # nested (ragged) rows: no padding to strip
         "response_ids": [responses[i][: int(mask[i].sum())] for i in keep],
         "cluster_id": [extra[i]["cluster_id"] for i in keep],
         "admissible": [tuple(extra[i]["admissible_actions"]) for i in keep],
         "expert": [extra[i]["expert_action"] for i in keep],
         "advantage": [float(computed["advantages"][i, 0]) for i in keep],
+        "dropped": [extra[i]["experiences_dropped"] for i in keep],
     }
 
 
@@ -187,3 +204,19 @@ def test_both_engines_give_the_same_first_iteration(library_v1, verl_rollout):
             assert lid == vid, f"known cluster differs at {key}"
         assert mapping.setdefault(lid, vid) == vid, f"cluster partitions differ at {key}"
     assert len(set(mapping.values())) == len(mapping) and pairs
+
+
+def test_both_engines_fit_long_prompts_by_one_rule(library_v1, verl_rollout):
+    """rollout.prompt_length set to the longest prompt without experiences: the steps with experiences drop
+    entries to fit, on both engines alike (the same prompt tokens, the same entries dropped), and no prompt is
+    left-truncated by verl."""
+    snapshot = library_v1["system"].snapshot()
+    limit = local_first_iteration(library_v1, snapshot)["bare_length"]
+    local = local_first_iteration(library_v1, snapshot, prompt_length=limit)
+    verl = verl_first_iteration(library_v1, snapshot, verl_rollout, prompt_length=limit)
+    assert sum(local["dropped"]) > 0, "no step had to drop an entry: the limit does not exercise the rule"
+    assert sorted(local["keys"]) == sorted(verl["keys"])
+    for field in ("prompt_ids", "dropped"):
+        a, b = by_task_step(local["keys"], local[field]), by_task_step(verl["keys"], verl[field])
+        assert {k: sorted(v) for k, v in a.items()} == {k: sorted(v) for k, v in b.items()}, field
+    assert max(len(ids) for ids in verl["prompt_ids"]) <= limit

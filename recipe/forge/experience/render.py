@@ -80,9 +80,12 @@ class ExperienceRenderer:
         return cut
 
     def line(self, entry: ExperienceEntry) -> str:
+        """One line per entry (a newline in its text becomes a space): the rendered text is its header and then
+        one line per shown entry, which the prompt-length rule drops from the last (prompt_fit.py)."""
+        text = entry.text.replace("\n", " ")
         if self.style == "compact":
-            return f"{MARK[(self.lesson_style, entry.zone == GOLDEN)]} {entry.text}"
-        return f"[{entry.zone}/{entry.level} score={entry.score:.2f} support={entry.support}] {entry.text}"
+            return f"{MARK[(self.lesson_style, entry.zone == GOLDEN)]} {text}"
+        return f"[{entry.zone}/{entry.level} score={entry.score:.2f} support={entry.support}] {text}"
 
     def render(self, entries: Sequence[ExperienceEntry]) -> tuple[str, tuple[int, ...]]:
         """(experience text, ids of the entries that made it in, fully or cut). Empty text for no entries."""

@@ -57,6 +57,10 @@ class HFGenerator:
         text += self.response_prefix
         return self.tokenizer(text, add_special_tokens=False).input_ids
 
+    def prompt_length(self, messages: list[Message]) -> int:
+        """Tokens of the prompt :meth:`generate` feeds the model for ``messages`` (response prefix included)."""
+        return len(self.encode_prompt(messages))
+
     # ------------------------------------------------------------------ protocol
     def generate(self, messages: Sequence[list[Message]], sampling: SamplingParams) -> list[GenerationOutput]:
         prompts = [self.encode_prompt(m) for m in messages]

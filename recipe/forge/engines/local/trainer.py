@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from agent_system.config_checks import ConfigError
+from agent_system.multi_turn_rollout.prompt_fit import PromptBudget
 from agent_system.multi_turn_rollout.protocols import SamplingParams
 from recipe.forge.distillation import distillation_weight
 from recipe.forge.engines.fit_loop import fit
@@ -128,7 +129,9 @@ class LocalTrainer:
         self.train_envs, self.val_envs = make_envs(run, val_copies=run.rollout.val_copies)
         self.collector = TrajectoryCollector(dynamic_sampling=policy.filter_groups.enable,
                                              max_num_gen_batches=max(0, policy.filter_groups.max_num_gen_batches),
-                                             progress=local.progress)  # verl: <= 0 means no limit
+                                             progress=local.progress,  # verl: <= 0 means no limit
+                                             prompt_budget=PromptBudget(run.rollout.prompt_length,
+                                                                        self.generator.prompt_length))
 
         self.experience = None
         if self.algorithm.adv_estimator == "forge":

@@ -29,7 +29,8 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 from agent_system.environments.config import env_config_from_mapping
 from agent_system.multi_turn_rollout.protocols import (ACTION_STOP, GenerationOutput, StepExperience, StepQuery,
                                                        StepRecord, TrajectoryRecord)
-from agent_system.multi_turn_rollout.step import finish_step, prepare_steps, response_text
+from agent_system.multi_turn_rollout.prompt_fit import fit_prompt, shorter_versions
+from agent_system.multi_turn_rollout.step import PreparedStep, finish_step, prepare_steps, response_text
 from recipe.forge.engines.verl.episode import EpisodeSession, EpisodeView, StepOutcome
 from recipe.forge.engines.verl.library_channel import NO_LIBRARY, WORKER_LIBRARY
 from recipe.forge.engines.verl.row_codec import StepExtras, row_from_record
@@ -111,6 +112,7 @@ class ForgeAgentLoop(AgentLoopBase):
                 query = StepQuery(anchor_obs=view.anchor_obs, task=view.task, task_type=view.task_type, uid=uid,
                                   traj_uid=traj_uid, step=len(steps), admissible_actions=view.admissible_actions)
                 [prepared] = prepare_steps([query], [view.prompt], [view_image(view)], provider)
+                prepared = await self._fit_prompt(prepared, view)
                 started = time.perf_counter()
                 generation = await self._generate(prepared.messages, sampling_params)
                 gen_seconds = time.perf_counter() - started
@@ -132,6 +134,21 @@ class ForgeAgentLoop(AgentLoopBase):
         return episode_outputs(steps, version, env_seconds, self.tokenizer.eos_token_id)
 
     # ------------------------------------------------------------------ steps
+    async def _fit_prompt(self, prepared: PreparedStep, view: EpisodeView) -> PreparedStep:
+        """The prompt-length rule both engines follow (prompt_fit.py), counted with verl's own tokenisation, so
+        that verl never left-truncates a prompt: experiences give way first."""
+        versions = shorter_versions(prepared, view.prompt, view_image(view))
+        lengths = [await self._prompt_length(version.messages) for version in versions]
+        return fit_prompt(versions, lengths, int(self.rollout_config.prompt_length))
+
+    async def _prompt_length(self, messages: list[dict[str, Any]]) -> int:
+        """Tokens of the prompt :meth:`_generate` sends the server for ``messages`` (images and prefix included),
+        counted with verl's token builder before verl's own cap (``ct_build_initial_tokens`` left-truncates)."""
+        images = (await self.process_multi_modal_info(messages)).get("images")
+        build = self.continuous_token_builder.build_initial_tokens
+        ids = await self.loop.run_in_executor(None, lambda: build(messages, images=images))
+        return len(ids) + len(self.prefix_ids)
+
     async def _generate(self, messages: list[dict[str, Any]], sampling_params: dict[str, Any]) -> ServerGeneration:
         if self.processor is None and not isinstance(messages[-1]["content"], str):
             raise ValueError(
