@@ -39,10 +39,20 @@ from recipe.forge.step_samples import StepSamples, step_returns  # noqa: E402
 
 def samples_of(rows: list[dict]) -> StepSamples:
     """The StepSamples of one iteration's dumped training steps (the task group is the traj_uid up to ``-copy``)."""
-    fields = [{"traj_uid": r["traj_uid"], "step_index": r["turn"], "step_reward": r["score"],
-               "is_action_valid": r["valid"], "anchor_obs": r["observation"], "cluster_id": r.get("cluster_id"),
-               "episode_return": r["episode_reward"], "success": r["success"]} for r in rows]
-    return StepSamples.from_rows(fields, [r["traj_uid"].rsplit("-copy", 1)[0] for r in rows])
+    def column(values, dtype) -> np.ndarray:
+        return np.array(list(values), dtype=dtype)
+
+    return StepSamples(
+        uid=column((r["traj_uid"].rsplit("-copy", 1)[0] for r in rows), object),
+        traj_uid=column((r["traj_uid"] for r in rows), object),
+        step_index=column((r["turn"] for r in rows), np.int64),
+        step_reward=column((r["score"] for r in rows), np.float64),
+        is_action_valid=column((r["valid"] for r in rows), bool),
+        anchor_obs=column((r["observation"] for r in rows), object),
+        cluster_id=column((r.get("cluster_id") for r in rows), object),
+        episode_return=column((r["episode_reward"] for r in rows), np.float64),
+        success=column((r["success"] for r in rows), bool),
+    )
 
 
 def step_groups(samples: StepSamples, returns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

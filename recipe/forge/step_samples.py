@@ -2,8 +2,8 @@
 
 Both engines train on one sample per environment step. Their steps arrive in two forms: StepRecords on the
 embedded engine (:meth:`StepSamples.from_records`), and on the verl engine training rows whose ``extra_fields``
-the forge agent loop wrote from its StepRecords (:meth:`StepSamples.from_rows`, keys :data:`ROW_FIELDS`). From
-there everything is shared:
+the forge agent loop wrote from its StepRecords, read back as StepRecords by the row codec
+(recipe/forge/engines/verl/row_codec.py, ``samples_from_rows``). From there everything is shared:
 
 * :func:`token_level_scores`: the episode score (episode return minus that step's invalid-action penalty) on the
   sample's last response token, so ``token_level_rewards.sum(-1)`` is GiGPO's episode score;
@@ -38,18 +38,6 @@ from recipe.forge.core_forge import (
 )
 
 STEP_ESTIMATORS = ("forge", "gigpo")
-
-# Keys of a verl training row's extra_fields that make its step sample (the forge agent loop writes them).
-ROW_FIELDS = (
-    "step_reward",  # float: environment reward of this step
-    "is_action_valid",  # bool: the response held a well-formed action
-    "anchor_obs",  # str: raw observation the action was taken in
-    "cluster_id",  # int | None: observation cluster that drove retrieval (None without a library)
-    "traj_uid",  # str: one episode
-    "step_index",  # int: position of the step in its episode
-    "episode_return",  # float: summed environment reward of the episode
-    "success",  # bool: the episode was won
-)
 
 
 @dataclass
@@ -101,39 +89,6 @@ class StepSamples:
             cluster_id=np.array([r.cluster_id for r in records], dtype=object),
             episode_return=np.array([episode_return[t] for t in traj_uid], dtype=np.float64),
             success=np.array([success[t] for t in traj_uid], dtype=bool),
-        )
-
-    @classmethod
-    def from_rows(cls, extra_fields: Sequence[Mapping[str, Any]],
-                  uid: Sequence[Any] | np.ndarray | None = None) -> "StepSamples":
-        """Samples of verl training rows: their ``extra_fields`` (keys :data:`ROW_FIELDS`) and verl's ``uid``
-        column (default: read from the traj_uid, which the agent loop writes as ``<uid>-<session>``); a row
-        without the fields was not produced by the forge agent loop (a ValueError says so)."""
-        rows = [getattr(row, "data", row) for row in extra_fields]
-        missing = [i for i, row in enumerate(rows) if not isinstance(row, Mapping) or "traj_uid" not in row]
-        if missing:
-            raise ValueError(
-                f"{len(missing)} batch rows (first: {missing[0]}) carry no forge step fields in extra_fields; "
-                "step-level estimators need actor_rollout_ref.rollout.agent.default_agent_loop=forge_agent"
-            )
-        if uid is None:
-            uid = [str(row["traj_uid"]).rsplit("-", 1)[0] for row in rows]
-        if len(uid) != len(rows):
-            raise ValueError(f"{len(uid)} uids for {len(rows)} rows")
-
-        def column(name: str, dtype) -> np.ndarray:
-            return np.array([row[name] for row in rows], dtype=dtype)
-
-        return cls(
-            uid=np.array(list(uid), dtype=object),
-            traj_uid=column("traj_uid", object),
-            step_index=column("step_index", np.int64),
-            step_reward=column("step_reward", np.float64),
-            is_action_valid=column("is_action_valid", bool),
-            anchor_obs=column("anchor_obs", object),
-            cluster_id=column("cluster_id", object),
-            episode_return=column("episode_return", np.float64),
-            success=column("success", bool),
         )
 
 

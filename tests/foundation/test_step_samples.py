@@ -15,6 +15,7 @@ import torch
 from agent_system.multi_turn_rollout.protocols import RolloutBatch, StepRecord, TrajectoryRecord
 from recipe.forge.config_schema import ForgeAlgoConfig, ForgeConfig, GiGPOConfig
 from recipe.forge.core_forge import compute_forge_advantage, compute_gigpo_advantage
+from recipe.forge.engines.verl.row_codec import StepExtras, row_from_record, samples_from_rows
 from recipe.forge.step_samples import (
     StepSamples,
     samples_advantage,
@@ -47,21 +48,17 @@ def records(cluster: bool = True) -> list[StepRecord]:
 
 
 def rows() -> list[dict]:
-    """The extra_fields the verl agent loop writes for the same steps."""
-    return [
-        {"step_reward": r, "is_action_valid": v, "anchor_obs": a, "cluster_id": c, "traj_uid": t, "step_index": s,
-         "episode_return": RETURNS[t], "success": SUCCESS[t], "library_version": 0}
-        for u, t, s, r, v, a, c in STEPS
-    ]
+    """The extra_fields the verl agent loop writes for the same steps (through the row codec)."""
+    episodes = {t: TrajectoryRecord(uid=t.split("-")[0], traj_uid=t, task="", task_type=None, steps=[],
+                                    episode_reward=RETURNS[t], success=SUCCESS[t], length=0) for t in RETURNS}
+    return [row_from_record(record, episodes[record.traj_uid], StepExtras()) for record in records()]
 
 
 def test_samples_from_records_and_from_verl_rows_agree():
     local = StepSamples.from_records(records(), RETURNS, SUCCESS)
-    verl = StepSamples.from_rows(rows(), [u for u, *_ in STEPS])
-    derived_uid = StepSamples.from_rows(rows())  # verl's uid is the traj_uid's prefix
+    verl = samples_from_rows(rows())
     for name, value in vars(local).items():
         np.testing.assert_array_equal(value, getattr(verl, name), err_msg=name)
-        np.testing.assert_array_equal(value, getattr(derived_uid, name), err_msg=name)
     assert local.episode_return.tolist() == [9.0, 9.0, 9.0, 0.0, 0.0, 1.0]
     assert len(local.take(np.array([0, 5]))) == 2 and local.take(local.success).traj_uid.tolist() == [
         "u1-a", "u1-a", "u1-a", "u2-c"]
@@ -71,7 +68,7 @@ def test_rows_without_step_fields_are_named():
     broken = rows()
     del broken[3]["traj_uid"]
     with pytest.raises(ValueError, match=r"1 batch rows \(first: 3\).*forge_agent"):
-        StepSamples.from_rows(broken)
+        samples_from_rows(broken)
 
 
 def test_step_returns_match_a_naive_loop_on_shuffled_steps():
@@ -79,10 +76,11 @@ def test_step_returns_match_a_naive_loop_on_shuffled_steps():
     steps = [(f"t{t}", s, float(rng.normal()), bool(rng.random() < 0.7)) for t in range(5) for s in range(rng.integers(1, 6))]
     order = rng.permutation(len(steps))
     shuffled = [steps[i] for i in order]
-    samples = StepSamples.from_rows([
-        {"step_reward": r, "is_action_valid": v, "anchor_obs": "", "cluster_id": 0, "traj_uid": t, "step_index": s,
-         "episode_return": 0.0, "success": False} for t, s, r, v in shuffled
-    ])
+    samples = StepSamples.from_records(
+        [StepRecord(uid="u", traj_uid=t, step=s, anchor_obs="", messages=[], plain_messages=[], response_text="",
+                    action="", prompt_ids=[], response_ids=[], logprobs=[], reward=r, is_action_valid=v, done=False,
+                    cluster_id=0) for t, s, r, v in shuffled],
+        {f"t{t}": 0.0 for t in range(5)}, {f"t{t}": False for t in range(5)})
     expected = []
     for t, s, _, v in shuffled:
         later = sorted((k, r) for tt, k, r, _ in steps if tt == t and k >= s)

@@ -74,6 +74,28 @@ def compose_run_config(overrides: list[str]):
         return compose(config_name="forge_trainer", overrides=overrides)
 
 
+def step_row(traj: str, step: int, reward: float, episode_reward: float, cluster_id, anchor_obs: str = "obs",
+             valid: bool = True, success: bool | None = None, library_version: int = 0) -> dict:
+    """The extra_fields the forge agent loop writes for one step (through the row codec) of episode ``traj``
+    (``<task uid>-<copy>``); ``success`` defaults to a positive episode reward."""
+    from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
+    from recipe.forge.engines.verl.row_codec import StepExtras, row_from_record
+
+    uid = traj.split("-")[0]
+    record = StepRecord(uid=uid, traj_uid=traj, step=step, anchor_obs=anchor_obs, messages=[], plain_messages=[],
+                        response_text="", action="", prompt_ids=[], response_ids=[], logprobs=[], reward=reward,
+                        is_action_valid=valid, done=False, cluster_id=cluster_id)
+    episode = TrajectoryRecord(uid=uid, traj_uid=traj, task="", task_type=None, steps=[], episode_reward=episode_reward,
+                               success=episode_reward > 0 if success is None else success, length=0)
+    return row_from_record(record, episode, StepExtras(library_version=library_version))
+
+
+@pytest.fixture(scope="session")
+def make_row():
+    """:func:`step_row`, for tests that build verl rows by hand."""
+    return step_row
+
+
 @pytest.fixture(scope="session")
 def run_config_factory():
     return compose_run_config

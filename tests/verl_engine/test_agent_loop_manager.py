@@ -95,16 +95,16 @@ def with_old_log_probs(meta):
 def naive_forge_advantage(rows, uids, w=1.0):
     """Per-sample loops straight from the definition (mean_norm, episode stats over step samples)."""
     n = len(rows)
-    score = [r["episode_return"] - PENALTY * (not r["is_action_valid"]) for r in rows]
+    score = [r["episode_reward"] - PENALTY * (not r["is_action_valid"]) for r in rows]
     by_traj = defaultdict(list)
     for i, r in enumerate(rows):
         by_traj[r["traj_uid"]].append(i)
     step_return = [0.0] * n
     for members in by_traj.values():
-        members.sort(key=lambda i: rows[i]["step_index"])
+        members.sort(key=lambda i: rows[i]["step"])
         running = 0.0
         for i in reversed(members):
-            running = rows[i]["step_reward"] + GAMMA * running
+            running = rows[i]["reward"] + GAMMA * running
             step_return[i] = running
     step_return = [x - PENALTY * (not r["is_action_valid"]) for x, r in zip(step_return, rows)]
     advantages = []
@@ -135,21 +135,21 @@ def test_forge_agent_rows_reach_the_batch_and_the_trainer_step(verl_stack):
     assert len(set(uids)) == TASKS
     trajs = defaultdict(list)
     for key, uid, row in zip(meta.keys, uids, rows):
-        assert key.startswith(uid) and key.endswith(f"_{row['step_index']}")
+        assert key.startswith(uid) and key.endswith(f"_{row['step']}")
         assert row["traj_uid"].startswith(uid)
-        assert "reward_extra_info" in row and row["reward_extra_info"]["episode_return"] == row["episode_return"]
+        assert "reward_extra_info" in row and row["reward_extra_info"]["episode_return"] == row["episode_reward"]
         trajs[row["traj_uid"]].append(row)
     assert len(trajs) == TASKS * G
     for steps in trajs.values():
-        steps.sort(key=lambda r: r["step_index"])
-        assert [r["step_index"] for r in steps] == list(range(len(steps)))
+        steps.sort(key=lambda r: r["step"])
+        assert [r["step"] for r in steps] == list(range(len(steps)))
         assert 1 <= len(steps) <= MAX_STEPS
-        assert steps[-1]["episode_return"] == pytest.approx(sum(r["step_reward"] for r in steps))
+        assert steps[-1]["episode_reward"] == pytest.approx(sum(r["reward"] for r in steps))
         assert all(r["library_version"] == 0 for r in steps)
         assert all(r["cluster_id"] is not None for r in steps)
     # the G copies of a task start from the same room
     for uid in set(uids):
-        first = {r["anchor_obs"] for r in rows if r["step_index"] == 0 and r["traj_uid"].startswith(uid)}
+        first = {r["anchor_obs"] for r in rows if r["step"] == 0 and r["traj_uid"].startswith(uid)}
         assert len(first) == 1
 
     # tokens: responses decode to the scripted text, the prompt holds the observation, log-probs arrive
@@ -162,13 +162,13 @@ def test_forge_agent_rows_reach_the_batch_and_the_trainer_step(verl_stack):
         assert row["is_action_valid"] == ("<action>" in text)
         assert row["anchor_obs"] in tokenizer.decode(prompts[i], skip_special_tokens=True)
         # the BFS expert's move at the state acted on (a start is always solvable; a push may end that)
-        assert row["expert_action"] in (("up", "down", "left", "right") if row["step_index"] == 0
+        assert row["expert_action"] in (("up", "down", "left", "right") if row["step"] == 0
                                         else ("up", "down", "left", "right", None))
         n_tokens = int(data["response_mask"][i].sum())
         assert n_tokens == len(tokenizer.encode(text, add_special_tokens=False))
         assert logprobs[i, :n_tokens].eq(-0.25).all()
         # verl copies the last step's reward_score onto every row: all equal the episode return here
-        assert float(data["rm_scores"][i].sum()) == pytest.approx(row["episode_return"])
+        assert float(data["rm_scores"][i].sum()) == pytest.approx(row["episode_reward"])
 
     # the trainer's advantage step on the stored rows equals the definition, grouped by the clusters that drove
     # retrieval in the worker
@@ -184,7 +184,7 @@ def test_forge_agent_rows_reach_the_batch_and_the_trainer_step(verl_stack):
     for i in range(len(rows)):
         n_tokens = int(mask[i].sum())
         np.testing.assert_allclose(advantages[i, :n_tokens].numpy(), expected[i], rtol=1e-5, atol=1e-5)
-        penalised = rows[i]["episode_return"] - PENALTY * (not rows[i]["is_action_valid"])
+        penalised = rows[i]["episode_reward"] - PENALTY * (not rows[i]["is_action_valid"])
         assert float(stored["rm_scores"][i].sum()) == pytest.approx(penalised, abs=1e-5)
 
     # evolution on the driver publishes version 1; the next rollout's rows record it
@@ -192,7 +192,7 @@ def test_forge_agent_rows_reach_the_batch_and_the_trainer_step(verl_stack):
         [{**r, "cluster_id": c} for r, c in zip(rows, absorbed)], iteration=0
     )
     assert metrics["forge/library_version"] == 1.0
-    assert metrics["forge/reward_mean"] == pytest.approx(np.mean([t[-1]["episode_return"] for t in trajs.values()]))
+    assert metrics["forge/reward_mean"] == pytest.approx(np.mean([t[-1]["episode_reward"] for t in trajs.values()]))
     forge.begin_iteration(1)
     meta2, _ = rollout(verl_stack, TASKS, global_steps=2)
     data2 = fetch(meta2, ["prompts", "extra_fields"])
@@ -301,10 +301,10 @@ def test_validation_runs_with_the_evolved_library_and_is_dumped(verl_stack, monk
     by_step = {(line["traj_uid"], line["turn"]): line for line in lines}
     entries = forge.library.system.library.entries
     for i, row in enumerate(rows):
-        line = by_step[(row["traj_uid"], row["step_index"])]
+        line = by_step[(row["traj_uid"], row["step"])]
         assert line["input"] == tokenizer.decode(prompts[i]).replace(tokenizer.pad_token, "")  # the row's prompt
         assert line["observation"] == row["anchor_obs"] and line["output"] == row["response_text"]
-        assert line["score"] == row["step_reward"] and line["experience_ids"] == row["experience_ids"]
+        assert line["score"] == row["reward"] and line["experience_ids"] == row["experience_ids"]
         for entry in line["experiences"]:
             assert (entry["level"], entry["text"]) == (entries[int(entry["id"])].level, entries[int(entry["id"])].text)
             assert entry["text"] in line["input"]
@@ -321,3 +321,5 @@ def test_validation_runs_with_the_evolved_library_and_is_dumped(verl_stack, monk
     assert set(plain) == {k.replace("val/", "val_no_library/", 1) for k in metrics if not k.startswith("val/forge/")}
     assert plain["val_no_library/num_trajectories"] == metrics["val/num_trajectories"]
     assert (dump / "val_no_library" / "1.jsonl").read_text().count("\n") == len(plain_rows)
+    with pytest.raises(RuntimeError, match="kept no rows"):  # a pass whose rows never reached the tap
+        forge.end_validation(1)

@@ -210,22 +210,19 @@ def test_action_stop_string_is_added_in_each_backends_words():
     assert sglang["stop"] == ["</action>"] and sglang["no_stop_trim"] is True and "include_stop_str_in_output" not in sglang
 
 
-def _row(traj, step, reward, ret, cluster, anchor="obs", valid=True):
-    return {"traj_uid": traj, "step_index": step, "step_reward": reward, "is_action_valid": valid, "anchor_obs": anchor,
-            "cluster_id": cluster, "episode_return": ret, "success": ret > 0, "library_version": 0}
-
-
 def _forge_algorithm(run_config_factory, gamma=0.5):
     return run_config_factory([f"algorithm.gamma={gamma}", "algorithm.invalid_action_penalty_coef=0.1"]).algorithm
 
 
-def test_step_groups_are_the_clusters_that_drove_retrieval_even_where_similarity_is_not_transitive(run_config_factory):
+def test_step_groups_are_the_clusters_that_drove_retrieval_even_where_similarity_is_not_transitive(
+        run_config_factory, make_row):
     """Anchors a, b, c with sim(a,b) = sim(a,c) = 0.9, sim(b,c) = 0.8: a worker put all three in its cluster 7;
     re-clustering them in the batch order b, c, a at 0.85 would make two groups. The advantage keeps one."""
     from recipe.forge.engines.verl.trainer import compute_batch_advantages
 
     algorithm = _forge_algorithm(run_config_factory)
-    rows = [_row("u-0", 0, 1.0, 1.0, 7, "b"), _row("u-1", 0, 0.0, 0.0, 7, "c"), _row("u-2", 0, 2.0, 2.0, 7, "a")]
+    rows = [make_row("u-0", 0, 1.0, 1.0, 7, "b"), make_row("u-1", 0, 0.0, 0.0, 7, "c"),
+            make_row("u-2", 0, 2.0, 2.0, 7, "a")]
     uid = np.array(["u"] * 3, dtype=object)
     mask = torch.ones(3, 4)
     out = compute_batch_advantages("forge", uid, mask, rows, np.ones(3, bool), algorithm)
@@ -234,12 +231,12 @@ def test_step_groups_are_the_clusters_that_drove_retrieval_even_where_similarity
     assert out["advantages"][:, 0].tolist() == pytest.approx([0.0, -2.0, 2.0])
 
 
-def test_an_empty_generation_is_no_sample_but_its_reward_discounts_into_earlier_steps(run_config_factory):
+def test_an_empty_generation_is_no_sample_but_its_reward_discounts_into_earlier_steps(run_config_factory, make_row):
     from recipe.forge.engines.verl.trainer import compute_batch_advantages
 
     algorithm = _forge_algorithm(run_config_factory, gamma=0.5)
     # trajectory u-0: steps 0, 1 (step 1 generated nothing), reward 4 at step 1; trajectory u-1: one step, reward 0
-    rows = [_row("u-0", 0, 0.0, 4.0, 1), _row("u-0", 1, 4.0, 4.0, 1), _row("u-1", 0, 0.0, 0.0, 1)]
+    rows = [make_row("u-0", 0, 0.0, 4.0, 1), make_row("u-0", 1, 4.0, 4.0, 1), make_row("u-1", 0, 0.0, 0.0, 1)]
     uid = np.array(["u"] * 3, dtype=object)
     mask = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 0, 0]], dtype=torch.float32)
     out = compute_batch_advantages("forge", uid, mask, rows, np.ones(3, bool), algorithm)

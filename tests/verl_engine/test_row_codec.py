@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
 from recipe.forge.engines.verl.row_codec import (TOKEN_FIELDS, StepExtras, episode_fields, extras_from_row,
-                                                 record_from_row, row_from_record, step_fields,
+                                                 record_from_row, row_from_record, samples_from_rows, step_fields,
                                                  trajectories_from_rows, without_pixels)
 from recipe.forge.step_samples import StepSamples
 
@@ -41,6 +41,7 @@ def record_b() -> StepRecord:
         plain_messages=[{"role": "user", "content": "other text"}], response_text="<action>wait</action>",
         action="wait", prompt_ids=[9], response_ids=[8, 7, 6], logprobs=[-1.0], reward=10.0, is_action_valid=False,
         done=True, cluster_id=12, experience_ids=(), info={}, admissible_actions=(), expert_action="go",
+        experiences_dropped=2,
     )
 
 
@@ -152,11 +153,17 @@ def test_a_row_without_a_field_is_refused_by_name():
         record_from_row(row)
 
 
+def test_rows_of_another_agent_loop_are_named():
+    rows = [row_from_record(record_a(), episode_a(), EXTRAS_A), {"reward_extra_info": {}}]
+    with pytest.raises(ValueError, match=r"1 batch rows \(first: 1\).*default_agent_loop=forge_agent"):
+        samples_from_rows(rows)
+
+
 def test_the_step_samples_read_the_rows_the_codec_writes():
     records = [record_a(), dataclasses.replace(record_b(), cluster_id=5), dataclasses.replace(record_a(), step=0)]
     episodes = {"u-0": episode_a(), "v-1": episode_b()}
     rows = [row_from_record(r, episodes[r.traj_uid], EXTRAS_A) for r in records]
-    from_rows = StepSamples.from_rows(rows)
+    from_rows = samples_from_rows(rows)
     from_records = StepSamples.from_records(records, {t: e.episode_reward for t, e in episodes.items()},
                                             {t: e.success for t, e in episodes.items()})
     for name, value in vars(from_records).items():

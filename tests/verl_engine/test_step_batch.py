@@ -11,23 +11,20 @@ import torch
 from recipe.forge.config_schema import ForgeAlgoConfig
 from recipe.forge.core_forge import compute_forge_advantage, compute_gigpo_advantage
 from recipe.forge.engines.verl import step_batch
+from recipe.forge.engines.verl.row_codec import samples_from_rows
 from recipe.forge.engines.verl.trainer import compute_batch_advantages
-from recipe.forge.step_samples import StepSamples, step_returns
+from recipe.forge.step_samples import step_returns
 
 GAMMA = 0.5
 COEF = 0.1
 
 
-def row(traj, step, reward, valid, ret, cluster, anchor, success=False):
-    return {
-        "traj_uid": traj, "step_index": step, "step_reward": reward, "is_action_valid": valid,
-        "episode_return": ret, "cluster_id": cluster, "anchor_obs": anchor, "success": success,
-        "library_version": 3, "reward_extra_info": {"episode_return": ret},
-    }
-
-
 @pytest.fixture
-def batch():
+def batch(make_row):
+    def row(traj, step, reward, valid, ret, cluster, anchor, success=False):
+        return {**make_row(traj, step, reward, ret, cluster, anchor, valid, success, library_version=3),
+                "reward_extra_info": {"episode_return": ret}}
+
     # task u1: trajectory a (3 steps, rewards 0,-1,10, step 1 invalid), trajectory b (2 steps, 0,0)
     # task u2: trajectory c (1 step, reward 1); one verl padding row (copy of the first row's fields)
     rows = [
@@ -51,7 +48,7 @@ def batch():
 
 def test_step_returns_by_hand(batch):
     rows, *_ = batch
-    steps = StepSamples.from_rows(rows[:6])
+    steps = samples_from_rows(rows[:6])
     # a: R0 = 0 + .5*(-1) + .25*10 = 2, R1 = -1 + 5 = 4 (-0.1 invalid), R2 = 10; b: 0, 0; c: 1
     np.testing.assert_allclose(step_returns(steps, GAMMA, COEF), [2.0, 10.0, 3.9, 0.0, 0.0, 1.0])
 
@@ -103,7 +100,7 @@ def test_rows_without_step_fields_are_named(batch):
 
 def test_episode_metrics_count_each_episode_once(batch):
     rows, *_ = batch
-    m = step_batch.episode_metrics(StepSamples.from_rows(rows[:6]))
+    m = step_batch.episode_metrics(samples_from_rows(rows[:6]))
     assert m["success_rate"] == pytest.approx(1 / 3)
     assert m["episode_reward/mean"] == pytest.approx((9 + 0 + 1) / 3)
     assert m["episode_length/mean"] == pytest.approx(2.0)

@@ -23,16 +23,17 @@ from typing import Any, Callable, Sequence
 
 from verl.utils.debug import marked_timer
 
+from agent_system.multi_turn_rollout.prompt_fit import prompt_metrics
 from agent_system.multi_turn_rollout.protocols import RolloutBatch
 from recipe.forge.engines.local.rollout_dump import decoded_prompt, rollout_dump
 from recipe.forge.engines.local.validation import pass_metrics
 from recipe.forge.engines.verl import step_batch
 from recipe.forge.engines.verl.distill import check_distillation_config
 from recipe.forge.engines.verl.library_driver import LibraryDriver, RolloutServerLLM
+from recipe.forge.engines.verl.row_codec import record_from_row, samples_from_rows
 from recipe.forge.engines.verl.validation_dump import fetch_rows, validation_trajectories, write_validation
 
 WITH_LIBRARY, WITHOUT_LIBRARY = "val", "val_no_library"  # the validation passes, as the embedded engine names them
-from recipe.forge.step_samples import StepSamples
 
 
 class ForgeSteps:
@@ -75,9 +76,11 @@ class ForgeSteps:
 
     def keep_iteration(self, rows: Sequence[dict]) -> dict[str, float]:
         """Keep this iteration's step rows (their extra_fields; no padding or distillation row) for
-        ``end_iteration``; returns their episode metrics (success rate, return, length, valid actions)."""
+        ``end_iteration``; returns their episode metrics (success rate, return, length, valid actions) and the
+        prompt-length rule's ``prompt/*``, as the embedded engine logs them."""
         self._iteration_rows = list(rows)
-        return step_batch.episode_metrics(StepSamples.from_rows(self._iteration_rows))
+        return {**step_batch.episode_metrics(samples_from_rows(self._iteration_rows)),
+                **prompt_metrics([record_from_row(row) for row in self._iteration_rows])}
 
     def checkpoint_saved(self, folder: str) -> None:
         """verl wrote this iteration's checkpoint into ``folder``: ``end_iteration`` saves the library into it once
@@ -118,6 +121,9 @@ class ForgeSteps:
         """The pass's ``<pass_name>/*`` metrics from its kept rows (validation.pass_metrics, as on the embedded
         engine: episode metrics, and the shown lessons' quality for ``val`` with a library); with
         ``trainer.rollout_data_dir`` the rows as ``<pass_name>/<global_step>.jsonl``."""
+        if not self._validation_rows:
+            raise RuntimeError(f"the {pass_name} pass kept no rows: verl's replay buffer must be wrapped in "
+                               "ValidationRowTap(buffer, keep_validation_batch), as ForgeTrainer builds it")
         trajectories = validation_trajectories(self._validation_rows)
         self._validation_rows = []
         system = self.library.system if self.library.enabled and pass_name == WITH_LIBRARY else None

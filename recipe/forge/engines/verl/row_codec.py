@@ -8,10 +8,14 @@ what that dict holds:
 
 * every field of the step's StepRecord (:func:`dataclasses.fields`, so a field added to StepRecord travels
   without a change here) under its own name, but for the token fields (:data:`TOKEN_FIELDS`: verl's columns
-  carry them) and the names of :data:`ROW_NAMES`; tuples travel as lists, and image parts of the messages
+  carry them); tuples travel as lists, and image parts of the messages
   without their pixels (verl keeps the images in the output's multi_modal_data and stores no raw image);
 * every field of the step's TrajectoryRecord but the ones the step carries itself and the steps (likewise);
 * what a row carries of its step besides (:class:`StepExtras`).
+
+Every field keeps its own name. The trainer's advantage step reads its step samples through
+:func:`samples_from_rows`, and the driver its records and trajectories through :func:`record_from_row` and
+:func:`trajectories_from_rows`: no other reader knows the row's keys.
 
 verl's own keys (``reward_extra_info``, ``min_global_steps``, ``max_global_steps``) are the agent loop's to add;
 the decoder leaves them alone.
@@ -27,14 +31,13 @@ from dataclasses import Field, dataclass, fields
 from typing import Any, Mapping, Sequence
 
 from agent_system.multi_turn_rollout.protocols import Message, StepRecord, TrajectoryRecord
+from recipe.forge.step_samples import StepSamples
 
 # StepRecord fields that travel in verl's own columns, not in extra_fields; a reader that fetched them adds them
 # to the row under these names (the validation dump adds prompt_ids), and they are empty where it did not.
 TOKEN_FIELDS = ("prompt_ids", "response_ids", "logprobs")
 # TrajectoryRecord fields a row does not carry as the episode's: the step carries them, or they are the rows
 EPISODE_SKIPPED = ("uid", "traj_uid", "steps")
-# field -> row key, where they differ: the names the step samples read (recipe/forge/step_samples.py ROW_FIELDS)
-ROW_NAMES = {"step": "step_index", "reward": "step_reward", "episode_reward": "episode_return"}
 
 
 @dataclass
@@ -45,11 +48,6 @@ class StepExtras:
     experience_text: str = ""  # the experience text the step was shown
     experience_fallback: bool = False  # the whole-library similarity fallback served the step
     student_prompt_ids: list[int] | None = None  # the plain prompt's ids (self-distillation), None otherwise
-
-
-def row_key(name: str) -> str:
-    """The extra_fields key of a StepRecord, TrajectoryRecord or StepExtras field."""
-    return ROW_NAMES.get(name, name)
 
 
 def step_fields() -> list[Field]:
@@ -65,9 +63,9 @@ def episode_fields() -> list[Field]:
 def row_from_record(record: StepRecord, trajectory: TrajectoryRecord, extras: StepExtras) -> dict[str, Any]:
     """The extra_fields of one step's row: ``record``'s fields, those of the episode it belongs to
     (``trajectory``; its steps are not read) and ``extras``."""
-    row = {row_key(f.name): _encode(f.name, getattr(record, f.name)) for f in step_fields()}
-    row.update({row_key(f.name): _encode(f.name, getattr(trajectory, f.name)) for f in episode_fields()})
-    row.update({row_key(f.name): _encode(f.name, getattr(extras, f.name)) for f in fields(StepExtras)})
+    row = {f.name: _encode(f.name, getattr(record, f.name)) for f in step_fields()}
+    row.update({f.name: _encode(f.name, getattr(trajectory, f.name)) for f in episode_fields()})
+    row.update({f.name: _encode(f.name, getattr(extras, f.name)) for f in fields(StepExtras)})
     return row
 
 
@@ -103,6 +101,20 @@ def trajectories_from_rows(rows: Sequence[Mapping[str, Any]]) -> list[Trajectory
     return trajectories
 
 
+def samples_from_rows(rows: Sequence[Mapping[str, Any]]) -> StepSamples:
+    """The step samples of training rows (extra_fields, in row order; verl's ``uid`` column is the records' uid);
+    a row the forge agent loop did not write is a ValueError saying so."""
+    rows = [getattr(row, "data", row) for row in rows]
+    foreign = [i for i, row in enumerate(rows) if not isinstance(row, Mapping) or "traj_uid" not in row]
+    if foreign:
+        raise ValueError(f"{len(foreign)} batch rows (first: {foreign[0]}) carry no forge step fields in extra_fields; "
+                         "step-level estimators need actor_rollout_ref.rollout.agent.default_agent_loop=forge_agent")
+    records = [record_from_row(row) for row in rows]
+    episodes = {record.traj_uid: row for record, row in zip(records, rows)}
+    return StepSamples.from_records(records, {t: float(_read(row, "episode_reward")) for t, row in episodes.items()},
+                                    {t: bool(_read(row, "success")) for t, row in episodes.items()})
+
+
 def without_pixels(messages: list[Message]) -> list[Message]:
     """``messages`` with every image part's pixels left out (the part keeps its other keys, e.g. its type)."""
     def part(p: Any) -> Any:
@@ -119,10 +131,9 @@ def _encode(name: str, value: Any) -> Any:
 
 
 def _read(row: Mapping[str, Any], name: str) -> Any:
-    key = row_key(name)
-    if key not in row:
-        raise KeyError(f"a forge row has no {key!r} (field {name!r}): was it written by row_from_record?")
-    return row[key]
+    if name not in row:
+        raise KeyError(f"a forge row has no {name!r}: was it written by row_from_record?")
+    return row[name]
 
 
 @functools.cache

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -41,8 +41,9 @@ from recipe.forge.distillation import distillation_weight
 from recipe.forge.engines.verl.distill import distillation_advantage
 from recipe.forge.engines.verl.forge_steps import WITH_LIBRARY, ForgeSteps
 from recipe.forge.engines.verl.rollout_logprobs import has_rollout_log_probs, rollout_correction_runs
+from recipe.forge.engines.verl.row_codec import samples_from_rows
 from recipe.forge.engines.verl.validation_dump import ValidationRowTap
-from recipe.forge.step_samples import (STEP_ESTIMATORS, StepSamples, samples_advantage, section_value, step_returns,
+from recipe.forge.step_samples import (STEP_ESTIMATORS, samples_advantage, section_value, step_returns,
                                        token_level_scores)
 
 logger = logging.getLogger(__name__)
@@ -96,7 +97,8 @@ def compute_batch_advantages(
         object array: the step-group key each trained row was grouped by (None elsewhere)}.
     """
     idx = np.flatnonzero(real)
-    samples = StepSamples.from_rows([extra_fields[i] for i in idx], uid[idx])
+    samples = samples_from_rows([extra_fields[i] for i in idx])
+    samples = replace(samples, uid=np.asarray(uid[idx], dtype=object))  # verl's task groups
     coef = float(section_value(algorithm, "invalid_action_penalty_coef"))
     mask = response_mask[idx]
     scores = torch.zeros(response_mask.shape, dtype=torch.float32)
@@ -243,12 +245,10 @@ class ForgeTrainer(PPOTrainerSync):
                     self.role_worker_mapping[role] = ray.remote(CPU_WORKERS[worker_cls])
 
     def _build_replay_buffer(self):
-        """verl's replay buffer; with ``trainer.rollout_data_dir`` it hands each validation batch it samples to
-        ForgeSteps.keep_validation_batch (verl clears a batch from TransferQueue right after reading it)."""
-        buffer = super()._build_replay_buffer()
-        if not self.config.trainer.get("rollout_data_dir"):
-            return buffer
-        return ValidationRowTap(buffer, self.forge.keep_validation_batch)
+        """verl's replay buffer, which hands each validation batch it samples to ForgeSteps.keep_validation_batch
+        (verl clears a batch from TransferQueue right after reading it): SLEA-RL's validation metrics and dump
+        are computed from those rows. verl builds it in its __init__, before ``self.forge`` exists."""
+        return ValidationRowTap(super()._build_replay_buffer(), lambda batch: self.forge.keep_validation_batch(batch))
 
     def on_init_end(self):
         super().on_init_end()
