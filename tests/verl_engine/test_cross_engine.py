@@ -119,6 +119,7 @@ def local_first_iteration(state, snapshot, prompt_length: int = 1024):
         "experiences": sum(bool(r.experience_ids) for r in batch.records),
         "dropped": [r.experiences_dropped for r in batch.records],
         "bare_length": max(generator.prompt_length(r.plain_messages) for r in batch.records),
+        "trajectories": rollout.trajectories,
     }
 
 
@@ -165,10 +166,27 @@ def verl_first_iteration(state, snapshot, verl_rollout, prompt_length: int = 102
         "expert": [extra[i]["expert_action"] for i in keep],
         "advantage": [float(computed["advantages"][i, 0]) for i in keep],
         "dropped": [extra[i]["experiences_dropped"] for i in keep],
+        "rows": [extra[i] for i in keep],
     }
 
 
+def evolved_library(system, trajectories) -> list[tuple]:
+    """The entries (zone, level, text, score, support, task) of a copy of ``system`` evolved once from
+    ``trajectories``, taken in a canonical order (the task's first observation, then the copy's actions; the
+    engines name task groups differently), sorted."""
+    import copy
+
+    def order(trajectory):
+        return trajectory.steps[0].anchor_obs, [step.action for step in trajectory.steps]
+
+    evolved = copy.deepcopy(system)
+    evolved.evolve(sorted(trajectories, key=order), 1)
+    return sorted((e.zone, e.level, e.text, round(e.score, 9), e.support, e.task)
+                  for e in evolved.library.entries.values())
+
+
 def test_both_engines_give_the_same_first_iteration(library_v1, verl_rollout):
+    from recipe.forge.engines.verl.row_codec import trajectories_from_rows
     from recipe.forge.experience.system import PROVISIONAL_BASE
 
     snapshot = library_v1["system"].snapshot()
@@ -204,6 +222,12 @@ def test_both_engines_give_the_same_first_iteration(library_v1, verl_rollout):
             assert lid == vid, f"known cluster differs at {key}"
         assert mapping.setdefault(lid, vid) == vid, f"cluster partitions differ at {key}"
     assert len(set(mapping.values())) == len(mapping) and pairs
+
+    # evolution: the embedded trainer evolves from its trajectories, verl's driver from the rows decoded by the row
+    # codec; from the same library they must make the same library (entries compared by content, not id)
+    local_library = evolved_library(library_v1["system"], local["trajectories"])
+    verl_library = evolved_library(library_v1["system"], trajectories_from_rows(verl["rows"]))
+    assert local_library == verl_library and len(local_library) > len(library_v1["system"].library)
 
 
 def test_both_engines_fit_long_prompts_by_one_rule(library_v1, verl_rollout):
