@@ -186,7 +186,10 @@ def evolved_library(system, trajectories) -> list[tuple]:
 
 
 def test_both_engines_give_the_same_first_iteration(library_v1, verl_rollout):
+    from agent_system.multi_turn_rollout.protocols import RolloutBatch
+    from recipe.forge.engines.local.validation import pass_metrics
     from recipe.forge.engines.verl.row_codec import trajectories_from_rows
+    from recipe.forge.experience import ExperienceSystem
     from recipe.forge.experience.system import PROVISIONAL_BASE
 
     snapshot = library_v1["system"].snapshot()
@@ -228,6 +231,14 @@ def test_both_engines_give_the_same_first_iteration(library_v1, verl_rollout):
     local_library = evolved_library(library_v1["system"], local["trajectories"])
     verl_library = evolved_library(library_v1["system"], trajectories_from_rows(verl["rows"]))
     assert local_library == verl_library and len(local_library) > len(library_v1["system"].library)
+
+    # validation figures: both engines report a pass with validation.pass_metrics from its steps (the embedded
+    # engine from the collector's batch, verl's driver from the rows): the same steps give the same figures
+    view = ExperienceSystem.from_snapshot(snapshot, library_v1["tokenizer"])
+    figures = {name: pass_metrics("val", RolloutBatch([s for t in trajs for s in t.steps], trajs), view)
+               for name, trajs in (("local", local["trajectories"]), ("verl", trajectories_from_rows(verl["rows"])))}
+    assert figures["local"] == pytest.approx(figures["verl"])
+    assert figures["local"]["val/num_trajectories"] == len(SEEDS) * G and "val/forge/lessons_checkable" in figures["local"]
 
 
 def test_both_engines_fit_long_prompts_by_one_rule(library_v1, verl_rollout):
