@@ -94,14 +94,12 @@ class PromptOnlyRunner:
                                experience=self.experience)
 
     def resume(self) -> int:
-        from recipe.forge.engines.local.checkpoint import checkpoint_to_resume, load_checkpoint
+        """Iterations already done according to the resume mode (0 when starting fresh)."""
+        from recipe.forge.engines.local.checkpoint import resume_from_checkpoint
 
         t = self.run.trainer
-        path = checkpoint_to_resume(self.output_dir, t.resume_mode, t.resume_from_path)
-        if path is None:
-            return 0
-        state = load_checkpoint(path, rng={"env_tasks": self.train_envs.task_rng}, experience=self.experience)
-        return int(state["iteration"])
+        return resume_from_checkpoint(self.output_dir, t.resume_mode, t.resume_from_path,
+                                      rng={"env_tasks": self.train_envs.task_rng}, experience=self.experience)
 
     def fit(self) -> list[dict[str, float]]:
         """Run to ``trainer.total_training_steps`` iterations (fit_loop.fit); returns the logged metrics."""

@@ -319,3 +319,15 @@ def load_checkpoint(path: str | Path, *, policy=None, optimizer=None, rng: dict[
         policy.load_weights(path / "policy")
     restore_rngs()
     return state
+
+
+def resume_from_checkpoint(output_dir: str | Path, resume_mode: str, resume_from_path: str | None,
+                           **parts: Any) -> int:
+    """Restore the checkpoint ``trainer.resume_mode`` asks for (:func:`checkpoint_to_resume`) into ``parts``
+    (:func:`load_checkpoint`'s keyword arguments); returns the iterations it had done, 0 when starting fresh."""
+    path = checkpoint_to_resume(output_dir, resume_mode, resume_from_path)
+    if path is None:
+        return 0
+    iteration = int(load_checkpoint(path, **parts)["iteration"])
+    print(f"resumed from {path} at iteration {iteration}", flush=True)
+    return iteration

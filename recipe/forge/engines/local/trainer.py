@@ -28,7 +28,7 @@ from recipe.forge.distillation import distillation_weight
 from recipe.forge.engines.fit_loop import fit
 from recipe.forge.engines.local.advantages import NEEDS_SUM_PI_SQUARED, compute_advantages
 from recipe.forge.engines.local.batch import StepBatch, build_step_batch
-from recipe.forge.engines.local.checkpoint import checkpoint_to_resume, load_checkpoint, save_checkpoint
+from recipe.forge.engines.local.checkpoint import resume_from_checkpoint, save_checkpoint
 from recipe.forge.engines.local.generation import HFGenerator
 from recipe.forge.engines.local.lr_schedule import build_lr_scheduler
 from recipe.forge.engines.local.model_loading import Policy, PolicyConfig, build_policy
@@ -304,15 +304,12 @@ class LocalTrainer:
     def resume(self) -> int:
         """Iterations already done according to the resume mode (0 when starting fresh)."""
         t = self.run.trainer
-        path = checkpoint_to_resume(self.output_dir, t.resume_mode, t.resume_from_path)
-        if path is None:
-            return 0
-        state = load_checkpoint(path, policy=self.policy, optimizer=self.optimizer, rng=self._rng_handles(),
-                                critic=self.critic, critic_optimizer=self.critic_optimizer,
-                                experience=self.experience)
-        print(f"resumed from {path} at iteration {state['iteration']}", flush=True)
-        self._build_lr_schedulers(done=int(state["iteration"]))
-        return int(state["iteration"])
+        done = resume_from_checkpoint(self.output_dir, t.resume_mode, t.resume_from_path, policy=self.policy,
+                                      optimizer=self.optimizer, rng=self._rng_handles(), critic=self.critic,
+                                      critic_optimizer=self.critic_optimizer, experience=self.experience)
+        if done:
+            self._build_lr_schedulers(done=done)
+        return done
 
     # ------------------------------------------------------------------ loop
     def fit(self) -> list[dict[str, float]]:
