@@ -291,7 +291,8 @@ def test_validation_runs_with_the_evolved_library_and_is_dumped(verl_stack, monk
 
     assert {r["library_version"] for r in rows} == {1}  # the library evolved by iteration 0, not the one it ran with
     episodes = {r["traj_uid"]: r for r in rows}  # every row carries its episode's outcome
-    assert metrics["val/num_trajectories"] == len(episodes) == 2 * cfg.actor_rollout_ref.rollout.val_kwargs.n
+    assert cfg.actor_rollout_ref.rollout.val_kwargs.n == G  # its default: env.rollout.n copies, as in training
+    assert metrics["val/num_trajectories"] == len(episodes) == 2 * G
     assert metrics["val/num_steps"] == len(rows)
     assert metrics["val/success_rate"] == pytest.approx(np.mean([r["success"] for r in episodes.values()]))
     assert "val/forge/lessons_checkable" in metrics  # the lessons shown, checked as on the embedded engine

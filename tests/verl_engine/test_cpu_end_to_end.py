@@ -40,14 +40,14 @@ def test_forge_with_distillation_and_kl_saves_and_resumes(tmp_path):
     assert (checkpoint / "data.pt").exists()  # verl's dataloader state: the task sampler
 
     resumed = smoke(tmp_path, "--distill", "--kl", "--save-freq", "2", "--group-size", "4", "--resume", "--iterations", "3",
-                    "trainer.test_freq=3")
+                    "trainer.test_freq=3", "actor_rollout_ref.rollout.val_kwargs.n=2")
     assert resumed["first_step"] == 3 and resumed["iterations"] == 1  # verl's metrics file restarts on resume
     assert resumed["library_size"] >= first["library_size"] > 0  # the library came back, it did not start empty
     assert resumed["grad_norm"] > 0 and resumed["rollout_actor_logprob_diff_max"] < 0.01
-    # the embedded engine's validation rule: the 2 held-out tasks x val_kwargs.n (= env.rollout.n = 4) copies, with
-    # the library and then without it
+    # the embedded engine's validation rule: the 2 held-out tasks x val_kwargs.n (2 here; its default, env.rollout.n,
+    # is checked by test_agent_loop_manager) copies, with the library and then without it
     validation = resumed["validation"]
-    assert validation["val/num_trajectories"] == validation["val_no_library/num_trajectories"] == 2 * 4
+    assert validation["val/num_trajectories"] == validation["val_no_library/num_trajectories"] == 2 * 2
     assert 0.0 <= validation["val/success_rate"] <= 1.0 and 0.0 <= validation["val_no_library/success_rate"] <= 1.0
     assert "val/forge/lessons_checkable" in validation and "val_no_library/forge/lessons_checkable" not in validation
 

@@ -180,12 +180,18 @@ def evolved_library(system, trajectories) -> list[tuple]:
         return trajectory.steps[0].anchor_obs, [step.action for step in trajectory.steps]
 
     evolved = copy.deepcopy(system)
-    evolved.evolve(sorted(trajectories, key=order), 1)
+    evolved.evolve(sorted(copy.deepcopy(trajectories), key=order), 1)  # evolution files the steps' clusters in place
     return sorted((e.zone, e.level, e.text, round(e.score, 9), e.support, e.task)
                   for e in evolved.library.entries.values())
 
 
-def test_both_engines_give_the_same_first_iteration(library_v1, verl_rollout):
+@pytest.fixture(scope="module")
+def local_v1(library_v1):
+    """The embedded engine's first iteration from the library (the prompt length roomy: nothing is trimmed)."""
+    return local_first_iteration(library_v1, library_v1["system"].snapshot())
+
+
+def test_both_engines_give_the_same_first_iteration(library_v1, local_v1, verl_rollout):
     from agent_system.multi_turn_rollout.protocols import RolloutBatch
     from recipe.forge.engines.local.validation import pass_metrics
     from recipe.forge.engines.verl.row_codec import trajectories_from_rows
@@ -193,7 +199,7 @@ def test_both_engines_give_the_same_first_iteration(library_v1, verl_rollout):
     from recipe.forge.experience.system import PROVISIONAL_BASE
 
     snapshot = library_v1["system"].snapshot()
-    local = local_first_iteration(library_v1, snapshot)
+    local = local_v1
     verl = verl_first_iteration(library_v1, snapshot, verl_rollout)
     assert local["experiences"] > 0, "no step was given experiences: the comparison would not cover injection"
     assert sorted(local["keys"]) == sorted(verl["keys"])
@@ -241,12 +247,12 @@ def test_both_engines_give_the_same_first_iteration(library_v1, verl_rollout):
     assert figures["local"]["val/num_trajectories"] == len(SEEDS) * G and "val/forge/lessons_checkable" in figures["local"]
 
 
-def test_both_engines_fit_long_prompts_by_one_rule(library_v1, verl_rollout):
+def test_both_engines_fit_long_prompts_by_one_rule(library_v1, local_v1, verl_rollout):
     """rollout.prompt_length set to the longest prompt without experiences: the steps with experiences drop
     entries to fit, on both engines alike (the same prompt tokens, the same entries dropped), and no prompt is
     left-truncated by verl."""
     snapshot = library_v1["system"].snapshot()
-    limit = local_first_iteration(library_v1, snapshot)["bare_length"]
+    limit = local_v1["bare_length"]  # the longest prompt without experiences
     local = local_first_iteration(library_v1, snapshot, prompt_length=limit)
     verl = verl_first_iteration(library_v1, snapshot, verl_rollout, prompt_length=limit)
     assert sum(local["dropped"]) > 0, "no step had to drop an entry: the limit does not exercise the rule"
