@@ -307,3 +307,12 @@ def test_missing_inputs_are_named(batch, model, targets):
                             critic_optimizer=torch.optim.SGD(value_model.parameters(), lr=0.0))
     with pytest.raises(ValueError, match="returns or old_values"):
         updater.update(batch, targets["advantages"], targets["old_log_probs"])
+
+
+def test_the_update_leaves_the_actor_config_it_was_given_as_it_was(batch, model, targets):
+    actor = actor_config()
+    updater = PolicyUpdater(model, torch.optim.SGD(model.parameters(), lr=0.0), actor)
+    updater.update(batch, targets["advantages"], targets["old_log_probs"])
+    assert actor.global_batch_info == {}  # the mini-batch totals live in the updater's own copy
+    assert updater.actor.global_batch_info
+    assert updater.actor.ppo_micro_batch_size_per_gpu == actor.ppo_micro_batch_size_per_gpu

@@ -14,6 +14,7 @@ its mini-batch's losses; ``MetricsAccumulator`` averages the metrics.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -188,7 +189,9 @@ class PolicyUpdater:
 
         self.model = model
         self.optimizer = optimizer
-        self.actor = actor
+        # verl's policy losses read each mini-batch's totals from the config's global_batch_info, which the update
+        # writes: a copy of its own, so the run config's actor stays as it was read
+        self.actor = dataclasses.replace(actor, global_batch_info={})
         self.temperature = temperature
         self.share_prompt_prefix = share_prompt_prefix
         self.autocast = autocast
