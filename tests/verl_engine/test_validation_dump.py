@@ -13,7 +13,8 @@ from agent_system.multi_turn_rollout.step import finish_step, prepare_steps
 from recipe.forge.engines.local.rollout_dump import RolloutDump, decoded_prompt, shown_entries, step_lines
 from recipe.forge.engines.verl.agent_loop import EpisodeStep, ServerGeneration, episode_outputs
 from recipe.forge.engines.verl.episode import EpisodeView, StepOutcome
-from recipe.forge.engines.verl.validation_dump import ValidationRowTap, validation_trajectories, write_validation
+from recipe.forge.engines.verl.row_codec import trajectories_from_rows
+from recipe.forge.engines.verl.validation_dump import ValidationRowTap, write_validation
 from recipe.forge.experience import Candidate, ExperienceLibrary
 
 
@@ -74,7 +75,7 @@ def test_verl_validation_rows_give_the_embedded_engines_lines(tmp_path):
 
     outputs = [out for steps, _ in episodes for out in episode_outputs(steps, 1, 0.5, eos_token_id=0)]
     rows = [{**out.extra_fields, "prompt_ids": list(out.prompt_ids)} for out in reversed(outputs)]  # any row order
-    path = write_validation(RolloutDump(tmp_path, decoded_prompt(decode)), validation_trajectories(rows), 4, lib)
+    path = write_validation(RolloutDump(tmp_path, decoded_prompt(decode)), trajectories_from_rows(rows), 4, lib)
     assert path == tmp_path / "val" / "4.jsonl"
     verl = [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -96,7 +97,7 @@ def test_verl_validation_rows_give_the_embedded_engines_lines(tmp_path):
 
 def test_rows_of_another_agent_loop_are_refused(tmp_path):
     with pytest.raises(ValueError, match="default_agent_loop=forge_agent"):
-        validation_trajectories([{"prompt_ids": [1]}])
+        trajectories_from_rows([{"prompt_ids": [1]}])
 
 
 def test_the_tap_keeps_validation_batches_only():

@@ -30,8 +30,8 @@ from recipe.forge.engines.local.validation import pass_metrics
 from recipe.forge.engines.verl import step_batch
 from recipe.forge.engines.verl.distill import check_distillation_config
 from recipe.forge.engines.verl.library_driver import LibraryDriver, RolloutServerLLM
-from recipe.forge.engines.verl.row_codec import record_from_row, samples_from_rows
-from recipe.forge.engines.verl.validation_dump import fetch_rows, validation_trajectories, write_validation
+from recipe.forge.engines.verl.row_codec import record_from_row, samples_from_rows, trajectories_from_rows
+from recipe.forge.engines.verl.validation_dump import fetch_rows, write_validation
 
 WITH_LIBRARY, WITHOUT_LIBRARY = "val", "val_no_library"  # the validation passes, as the embedded engine names them
 
@@ -124,7 +124,7 @@ class ForgeSteps:
         if not self._validation_rows:
             raise RuntimeError(f"the {pass_name} pass kept no rows: verl's replay buffer must be wrapped in "
                                "ValidationRowTap(buffer, keep_validation_batch), as ForgeTrainer builds it")
-        trajectories = validation_trajectories(self._validation_rows)
+        trajectories = trajectories_from_rows(self._validation_rows)
         self._validation_rows = []
         system = self.library.system if self.library.enabled and pass_name == WITH_LIBRARY else None
         if self._dump is not None:

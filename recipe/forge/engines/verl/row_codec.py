@@ -83,11 +83,22 @@ def extras_from_row(row: Mapping[str, Any]) -> StepExtras:
     return StepExtras(**{f.name: _decode(hints[f.name], _read(row, f.name)) for f in fields(StepExtras)})
 
 
-def trajectories_from_rows(rows: Sequence[Mapping[str, Any]]) -> list[TrajectoryRecord]:
-    """The TrajectoryRecords of the rows' steps, one per traj_uid in order of first appearance, each with its
-    steps ordered by step index and the episode's fields from its last step's row."""
+def forge_rows(rows: Sequence[Any]) -> list[Mapping[str, Any]]:
+    """``rows`` (extra_fields, bare or in verl's NonTensorData) as mappings; a row the forge agent loop did not
+    write is a ValueError saying so."""
+    rows = [getattr(row, "data", row) for row in rows]
+    foreign = [i for i, row in enumerate(rows) if not isinstance(row, Mapping) or "traj_uid" not in row]
+    if foreign:
+        raise ValueError(f"{len(foreign)} batch rows (first: {foreign[0]}) carry no forge step fields in extra_fields; "
+                         "SLEA-RL needs actor_rollout_ref.rollout.agent.default_agent_loop=forge_agent")
+    return rows
+
+
+def trajectories_from_rows(rows: Sequence[Any]) -> list[TrajectoryRecord]:
+    """The TrajectoryRecords of the rows' steps (:func:`forge_rows`), one per traj_uid in order of first
+    appearance, each with its steps ordered by step index and the episode's fields from its last step's row."""
     by_traj: dict[str, list[tuple[StepRecord, Mapping[str, Any]]]] = defaultdict(list)
-    for row in rows:
+    for row in forge_rows(rows):
         record = record_from_row(row)
         by_traj[record.traj_uid].append((record, row))
     hints = _hints(TrajectoryRecord)
@@ -101,14 +112,10 @@ def trajectories_from_rows(rows: Sequence[Mapping[str, Any]]) -> list[Trajectory
     return trajectories
 
 
-def samples_from_rows(rows: Sequence[Mapping[str, Any]]) -> StepSamples:
-    """The step samples of training rows (extra_fields, in row order; verl's ``uid`` column is the records' uid);
-    a row the forge agent loop did not write is a ValueError saying so."""
-    rows = [getattr(row, "data", row) for row in rows]
-    foreign = [i for i, row in enumerate(rows) if not isinstance(row, Mapping) or "traj_uid" not in row]
-    if foreign:
-        raise ValueError(f"{len(foreign)} batch rows (first: {foreign[0]}) carry no forge step fields in extra_fields; "
-                         "step-level estimators need actor_rollout_ref.rollout.agent.default_agent_loop=forge_agent")
+def samples_from_rows(rows: Sequence[Any]) -> StepSamples:
+    """The step samples of training rows (:func:`forge_rows`, in row order; verl's ``uid`` column is the records'
+    uid)."""
+    rows = forge_rows(rows)
     records = [record_from_row(row) for row in rows]
     episodes = {record.traj_uid: row for record, row in zip(records, rows)}
     return StepSamples.from_records(records, {t: float(_read(row, "episode_reward")) for t, row in episodes.items()},

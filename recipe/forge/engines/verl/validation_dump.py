@@ -17,7 +17,6 @@ from typing import Any, Callable, Sequence
 
 from agent_system.multi_turn_rollout.protocols import TrajectoryRecord
 from recipe.forge.engines.local.rollout_dump import RolloutDump, shown_entries
-from recipe.forge.engines.verl.row_codec import trajectories_from_rows
 
 VAL_PARTITION = "val"  # verl's TransferQueue partition of validation batches
 
@@ -49,15 +48,6 @@ class ValidationRowTap:
 
     def __getattr__(self, name: str) -> Any:  # everything else is the buffer's own
         return getattr(self._buffer, name)
-
-
-def validation_trajectories(rows: Sequence[dict]) -> list[TrajectoryRecord]:
-    """The TrajectoryRecords of one validation pass's ``rows`` (extra_fields with ``prompt_ids``)."""
-    foreign = sum(1 for row in rows if "traj_uid" not in row)
-    if foreign:
-        raise ValueError(f"{foreign} of {len(rows)} validation rows carry no forge step fields in extra_fields: "
-                         "SLEA-RL's validation needs actor_rollout_ref.rollout.agent.default_agent_loop=forge_agent")
-    return trajectories_from_rows(rows)
 
 
 def write_validation(dump: RolloutDump, trajectories: Sequence[TrajectoryRecord], global_steps: int,
