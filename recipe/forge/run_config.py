@@ -15,10 +15,12 @@ engine ``api``. verl's trainer reads its own keys from ``composed`` (recipe/forg
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from agent_system.config_checks import ConfigError
 from agent_system.multi_turn_rollout.protocols import ACTION_STOP, SamplingParams
 from recipe.forge.config_reader import ConfigReader
 from recipe.forge.run_length import total_iterations
@@ -150,10 +152,6 @@ def read_rollout(reader: ConfigReader) -> RolloutSection:
 
 def check_resume_path(path: Any) -> None:
     """``trainer.resume_from_path`` must name a complete checkpoint folder (one holding trainer_state.json)."""
-    from pathlib import Path
-
-    from agent_system.config_checks import ConfigError
-
     key = "trainer.resume_from_path"
     if not path or not isinstance(path, str):
         raise ConfigError(f"trainer.resume_mode=resume_path needs {key} (a checkpoint folder), got {path!r}")
