@@ -68,8 +68,21 @@ def distillation_loss(
     return (per_token * mask).sum() / mask.sum().clamp(min=1.0)
 
 
+def distilled_step(messages: list[dict], plain_messages: list[dict]) -> bool:
+    """Whether a step is a distillation row, on both engines: its prompt carried experiences (the messages the
+    policy was given differ from the plain prompt's)."""
+    return messages != plain_messages
+
+
 def distillation_weight(library_size: int, library_capacity: int, max_weight: float) -> float:
     """Linear ramp: 0 with an empty library, ``max_weight`` once it is full (``library_capacity`` entries)."""
     if library_capacity <= 0:
         return 0.0
     return float(max_weight) * min(1.0, max(0, library_size) / library_capacity)
+
+
+def library_distillation_weight(library_size: int, forge) -> float:
+    """The weight for a library of ``library_size`` entries under ``algorithm.forge``'s settings (``forge``), on
+    both engines: its capacity is the golden plus the warning capacity per level, over the three levels."""
+    capacity = 3 * (int(forge.golden_capacity_per_level) + int(forge.warning_capacity_per_level))
+    return distillation_weight(library_size, capacity, float(forge.max_distill_weight))

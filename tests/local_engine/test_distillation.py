@@ -1,13 +1,19 @@
-"""Distillation divergences against hand formulas, their gradients, temperature scaling and the weight ramp."""
+"""Distillation divergences against hand formulas, their gradients, temperature scaling, the weight ramp, and which
+steps are distillation rows (the rule both engines apply)."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recipe.forge.distillation import distillation_loss, distillation_weight, token_divergence
+from agent_system.multi_turn_rollout.protocols import RolloutBatch, StepRecord, TrajectoryRecord
+from recipe.forge.distillation import (distillation_loss, distillation_weight, distilled_step,
+                                       library_distillation_weight, token_divergence)
+from recipe.forge.engines.local.batch import build_step_batch
+from recipe.forge.engines.local.update import DistillationInputs
 
 
 def naive(p, q, kind):
@@ -79,3 +85,37 @@ def test_bad_arguments_are_named():
         token_divergence(x, x, "kl", 0.0)
     with pytest.raises(ValueError, match="shape"):
         token_divergence(x, torch.zeros(1, 1, 4), "kl")
+
+
+def test_library_weight_reads_the_capacity_of_the_forge_settings():
+    # capacity: 3 levels x (2 golden + 3 warning) = 15 entries; 5 of them with max 0.6 give 0.6 x 5 / 15 = 0.2
+    forge = SimpleNamespace(golden_capacity_per_level=2, warning_capacity_per_level=3, max_distill_weight=0.6)
+    assert library_distillation_weight(5, forge) == pytest.approx(0.2)
+    assert library_distillation_weight(0, forge) == 0.0
+    assert library_distillation_weight(40, forge) == pytest.approx(0.6)
+
+
+def step(messages, plain, prompt, response):
+    return StepRecord(uid="g", traj_uid=f"t{len(prompt)}", step=0, anchor_obs="", messages=messages,
+                      plain_messages=plain, response_text="", action="", prompt_ids=prompt, response_ids=response,
+                      logprobs=[0.0] * len(response), reward=0.0, is_action_valid=True, done=True)
+
+
+def test_distillation_rows_are_the_steps_whose_prompt_carried_experiences():
+    plain = [{"role": "user", "content": "obs"}]
+    with_library = [{"role": "system", "content": "lesson"}, *plain]
+    steps = [step(with_library, plain, [5, 6, 7], [8, 9]), step(plain, plain, [5, 7], [9]),
+             step(with_library, plain, [4, 6, 7], [8])]
+    trajectories = [TrajectoryRecord(uid="g", traj_uid=s.traj_uid, task="", task_type=None, steps=[s],
+                                     episode_reward=0.0, success=False, length=1) for s in steps]
+    batch = build_step_batch(RolloutBatch(steps, trajectories), 0, 1.0, 0.0)
+    encode = {"obs": [1, 2]}  # the student's prompt: the plain messages' ids
+    inputs = DistillationInputs.of_batch(batch, lambda m: encode[m[-1]["content"]], 0, 0.5, "reverse_kl", 1.0)
+    distilled = [batch.records[i].prompt_ids for i in inputs.rows.tolist()]
+    assert sorted(distilled) == [[4, 6, 7], [5, 6, 7]]
+    p = inputs.plain.prompt_length
+    assert inputs.plain.input_ids[:, :p][inputs.plain.attention_mask[:, :p].bool()].view(2, -1).tolist() == [[1, 2]] * 2
+    assert [r.response_ids for r in (batch.records[i] for i in inputs.rows.tolist())] == \
+        [inputs.privileged.responses[k][inputs.privileged.response_mask[k].bool()].tolist() for k in range(2)]
+    assert DistillationInputs.of_batch(batch, lambda m: [1], 0, 0.0, "reverse_kl", 1.0) is None  # weight 0
+    assert not distilled_step(plain, plain) and distilled_step(with_library, plain)

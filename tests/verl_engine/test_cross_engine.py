@@ -1,18 +1,25 @@
-"""One config, two engines: the first iteration's step samples and advantages agree.
+"""One config, two engines: the first iteration's step samples, advantages, library and distillation rows agree.
 
-The same run config (NumberLine, 2 tasks x 2 copies, forge with the library injected after the observation, as
-the main job does), the same task seeds, the
-same tiny model and greedy decoding, from the same library version (evolved once beforehand, so that steps get
-experiences): the embedded engine's rollout (TrajectoryCollector + HFGenerator) and the distributed engine's
-(verl's AgentLoopManagerTQ running our ForgeAgentLoop, generating through the CPU backend's HF rollout server)
-must give the same prompt and response tokens, admissible and expert actions per (task, step), the same
-observation clusters (equal ids for
-clusters the library knew, the same partition for new ones), and the same advantages (the local engine's
-``compute_advantages`` against the verl trainer's ``compute_batch_advantages``).
+The same run config (NumberLine, 2 tasks x 4 copies, forge with self-distillation), the same task seeds, the
+same tiny model, from the same library version (evolved once beforehand, so that steps get experiences):
+
+* the distributed engine's rollout (verl's AgentLoopManagerTQ running our ForgeAgentLoop, generating through the
+  CPU backend's HF rollout server) samples at temperature 1, so the G copies of a task differ;
+* the embedded engine's rollout (TrajectoryCollector) replays those responses: copy j of a task answers with
+  the j-th verl trajectory of that task, step by step (:class:`ReplayGenerator`), its prompts encoded by its
+  own generator.
+
+They must give the same prompt and response tokens, admissible and expert actions per (task, step), the same
+observation clusters (equal ids for clusters the library knew, the same partition for new ones), the same
+advantages (the local engine's ``compute_advantages`` against the verl trainer's ``compute_batch_advantages``),
+the same library after evolution, the same validation figures and the same distillation rows (which steps, the
+student's prompt tokens). The library goes in the system message (the default placement) here and after the
+observation (``user_suffix``, the main job's choice) in the prompt-length test, whose prompts are compared too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 import numpy as np
@@ -22,19 +29,53 @@ import torch
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 SEEDS = [11, 23]
-G = 2
+G = 4  # sampled copies: with 4 per task, some two of them answer differently (near certain)
 OVERRIDES = [
     "env.env_name=gym_cards/NumberLine-v0", "env.gym_cards.target_max=3", "env.max_steps=3", f"env.rollout.n={G}",
     "env.history_length=0", f"data.train_batch_size={len(SEEDS)}", "data.val_batch_size=1",
     "trainer.engine=verl", "algorithm.adv_estimator=forge", "algorithm.gamma=0.9",
     "algorithm.forge.warmup_iterations=0",
-    "algorithm.forge.min_library_size=0", "algorithm.forge.extractor=rule",
-    "algorithm.forge.injection=user_suffix", "algorithm.forge.lesson_style=imperative",  # the main job's choices
-    "actor_rollout_ref.rollout.temperature=0", "actor_rollout_ref.rollout.response_length=12",
+    "algorithm.forge.min_library_size=0", "algorithm.forge.extractor=rule", "algorithm.forge.lesson_style=imperative",
+    "algorithm.forge.use_distillation=true", "algorithm.forge.divergence_type=reverse_kl",
+    "actor_rollout_ref.rollout.temperature=1.0", "actor_rollout_ref.rollout.response_length=12",
     "data.max_response_length=12", "data.max_prompt_length=1024", "actor_rollout_ref.rollout.prompt_length=1024",
     "actor_rollout_ref.rollout.agent.num_workers=1", "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
     "transfer_queue.backend.SimpleStorage.total_storage_size=10000",
 ]
+
+
+def seed_of(uid: str) -> int:
+    """The task seed in a task-group uid (both engines end it with ``seed<N>``)."""
+    return int(uid.rsplit("seed", 1)[1])
+
+
+class ReplayGenerator:
+    """The embedded engine's generator, answering with the responses verl's trajectories gave: copy j of task seed
+    s answers at each step with the response of the j-th verl trajectory of s (by trajectory uid) at that step.
+
+    The environments active at a call are ``envs.active`` (the collector asks for exactly those, in order); each
+    one's step is ``envs.step_count``. Prompts are encoded by the engine's own HFGenerator and responses decoded as
+    it decodes them, so the prompt tokens and actions are the embedded engine's own. Log-probs are not replayed
+    (zeros): nothing compared here reads them."""
+
+    def __init__(self, envs, hf, trajectories: dict[int, list[list[dict]]]):
+        self.envs, self.hf, self.trajectories = envs, hf, trajectories
+        self.prompt_length = hf.prompt_length
+
+    def generate(self, messages, sampling):
+        from agent_system.multi_turn_rollout.protocols import GenerationOutput
+
+        active = np.flatnonzero(self.envs.active)
+        assert len(active) == len(messages)
+        outputs = []
+        for i, conversation in zip(active, messages):
+            seed = seed_of(self.envs.uids[i])
+            copy = [seed_of(uid) for uid in self.envs.uids[:i]].count(seed)
+            row = self.trajectories[seed][copy][int(self.envs.step_count[i])]
+            ids = list(row["response_ids"])
+            text = self.hf.response_prefix + self.hf.tokenizer.decode(ids, skip_special_tokens=True)
+            outputs.append(GenerationOutput(text, self.hf.encode_prompt(conversation), ids, [0.0] * len(ids)))
+        return outputs
 
 
 def by_task_step(keys, values):
@@ -73,57 +114,24 @@ def library_v1(run_config_factory, tmp_path_factory):
     return {"cfg": cfg, "system": system, "model_dir": model_dir, "tokenizer": tokenizer, "out": out}
 
 
-def with_prompt_length(cfg, prompt_length: int):
-    """``cfg`` with ``prompt_length`` as verl's rollout.prompt_length and data.max_prompt_length."""
+def with_values(cfg, values: dict):
+    """A copy of ``cfg`` with the dotted keys of ``values`` set."""
     from omegaconf import OmegaConf
 
     cfg = cfg.copy()
-    OmegaConf.update(cfg, "actor_rollout_ref.rollout.prompt_length", prompt_length)
-    OmegaConf.update(cfg, "data.max_prompt_length", prompt_length)
+    for key, value in values.items():
+        OmegaConf.update(cfg, key, value)
     return cfg
 
 
-def local_first_iteration(state, snapshot, prompt_length: int = 1024):
-    from agent_system.environments import make_envs
-    from agent_system.multi_turn_rollout.prompt_fit import PromptBudget
-    from agent_system.multi_turn_rollout.protocols import SamplingParams
-    from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
-    from recipe.forge.config_schema import validate_algorithm
-    from recipe.forge.engines.local.advantages import compute_advantages
-    from recipe.forge.engines.local.batch import build_step_batch
-    from recipe.forge.engines.local.generation import HFGenerator
-    from recipe.forge.experience import ExperienceSystem
-    from transformers import AutoModelForCausalLM
-
-    cfg, tokenizer = with_prompt_length(state["cfg"], prompt_length), state["tokenizer"]
-    system = ExperienceSystem.from_snapshot(snapshot, tokenizer)  # the library both engines start from
-    system.begin_iteration(1)
-    envs, _ = make_envs(cfg)
-    model = AutoModelForCausalLM.from_pretrained(state["model_dir"], dtype=torch.float32)
-    greedy = SamplingParams(temperature=0.0, do_sample=False, max_new_tokens=12, stop=("</action>",))
-    generator = HFGenerator(model, tokenizer)
-    collector = TrajectoryCollector(prompt_budget=PromptBudget(prompt_length, generator.prompt_length))  # the trainer's
-    rollout = collector.collect(envs, generator, greedy, system.provider, seeds=SEEDS)
-    algorithm = validate_algorithm(cfg.algorithm)
-    batch = build_step_batch(rollout, tokenizer.pad_token_id, algorithm.gamma, algorithm.invalid_action_penalty_coef)
-    advantages, _ = compute_advantages(batch, algorithm)
-    keys = [(int(r.uid.rsplit("seed", 1)[1]), r.step) for r in batch.records]
-    return {
-        "keys": keys,
-        "prompt_ids": [list(r.prompt_ids) for r in batch.records],
-        "response_ids": [list(r.response_ids) for r in batch.records],
-        "cluster_id": [r.cluster_id for r in batch.records],
-        "admissible": [tuple(r.admissible_actions) for r in batch.records],
-        "expert": [r.expert_action for r in batch.records],
-        "advantage": advantages[:, 0].tolist(),
-        "experiences": sum(bool(r.experience_ids) for r in batch.records),
-        "dropped": [r.experiences_dropped for r in batch.records],
-        "bare_length": max(generator.prompt_length(r.plain_messages) for r in batch.records),
-        "trajectories": rollout.trajectories,
-    }
+def placed(snapshot, injection: str):
+    """``snapshot`` with its experiences placed by ``injection`` (the library's own setting, which both engines'
+    providers read)."""
+    return dataclasses.replace(snapshot, config={**snapshot.config, "injection": injection})
 
 
-def verl_first_iteration(state, snapshot, verl_rollout, prompt_length: int = 1024):
+def verl_first_iteration(state, snapshot, verl_rollout, cfg):
+    """verl's rollout of SEEDS from ``snapshot`` under ``cfg`` (its rollout temperature), its advantages."""
     import ray
     import transfer_queue as tq
     from tensordict import TensorDict
@@ -136,7 +144,7 @@ def verl_first_iteration(state, snapshot, verl_rollout, prompt_length: int = 102
     from recipe.forge.engines.verl.scripted_client import ServerActorClient
     from recipe.forge.engines.verl.trainer import compute_batch_advantages
 
-    cfg = prepare_verl_config(load_run_config(with_prompt_length(state["cfg"], prompt_length)))
+    cfg = prepare_verl_config(load_run_config(cfg))
     task_rows(cfg.env.env_name, np.array(SEEDS), "train").to_parquet(cfg.data.train_files)
     tokenizer = state["tokenizer"]
     with verl_rollout.agent_loop_stack(cfg, ServerActorClient(cfg, server_name(0))) as manager:
@@ -146,7 +154,7 @@ def verl_first_iteration(state, snapshot, verl_rollout, prompt_length: int = 102
         dataset = create_rl_dataset(cfg.data.train_files, cfg.data, tokenizer, None, is_train=True)
         rows = [dataset[i] for i in range(len(SEEDS))]
         meta, uids = verl_rollout.submit_tasks(manager, rows, global_steps=1)
-        seed_of = {uid: row["extra_info"]["seed"] for uid, row in zip(uids, rows)}
+        seed_of_uid = {uid: row["extra_info"]["seed"] for uid, row in zip(uids, rows)}
         data = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id,
                                select_fields=["uid", "prompts", "responses", "response_mask", "extra_fields"])
         row_uids = data.pop("uid").tolist()
@@ -157,8 +165,12 @@ def verl_first_iteration(state, snapshot, verl_rollout, prompt_length: int = 102
         prompts = [p.tolist() for p in data["prompts"].unbind()]
         responses = [r.tolist() for r in data["responses"].unbind()]
     keep = np.flatnonzero(real)
+    trajectories = defaultdict(lambda: defaultdict(list))  # seed -> traj_uid -> rows
+    for i in keep:
+        step = {**extra[i], "response_ids": responses[i][: int(mask[i].sum())]}
+        trajectories[int(seed_of_uid[row_uids[i]])][extra[i]["traj_uid"]].append(step)
     return {
-        "keys": [(int(seed_of[row_uids[i]]), int(extra[i]["step"])) for i in keep],
+        "keys": [(int(seed_of_uid[row_uids[i]]), int(extra[i]["step"])) for i in keep],
         "prompt_ids": [prompts[i] for i in keep],  # nested (ragged) rows: no padding to strip
         "response_ids": [responses[i][: int(mask[i].sum())] for i in keep],
         "cluster_id": [extra[i]["cluster_id"] for i in keep],
@@ -166,8 +178,83 @@ def verl_first_iteration(state, snapshot, verl_rollout, prompt_length: int = 102
         "expert": [extra[i]["expert_action"] for i in keep],
         "advantage": [float(computed["advantages"][i, 0]) for i in keep],
         "dropped": [extra[i]["experiences_dropped"] for i in keep],
+        "student": [extra[i].get("student_prompt_ids") for i in keep],
         "rows": [extra[i] for i in keep],
+        # per task seed, its copies' steps in order (copies by trajectory uid): what the embedded engine replays
+        "script": {seed: [sorted(steps, key=lambda row: row["step"]) for _, steps in sorted(copies.items())]
+                   for seed, copies in trajectories.items()},
     }
+
+
+def local_first_iteration(state, snapshot, cfg, script: dict | None = None):
+    """The embedded engine's rollout of SEEDS from ``snapshot`` under ``cfg``: greedy, or replaying ``script``
+    (:class:`ReplayGenerator`); its advantages and distillation rows."""
+    from agent_system.environments import make_envs
+    from agent_system.multi_turn_rollout.prompt_fit import PromptBudget
+    from agent_system.multi_turn_rollout.protocols import SamplingParams
+    from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
+    from recipe.forge.config_schema import validate_algorithm
+    from recipe.forge.distillation import library_distillation_weight
+    from recipe.forge.engines.local.advantages import compute_advantages
+    from recipe.forge.engines.local.batch import build_step_batch
+    from recipe.forge.engines.local.generation import HFGenerator
+    from recipe.forge.engines.local.update import DistillationInputs
+    from recipe.forge.experience import ExperienceSystem
+    from transformers import AutoModelForCausalLM
+
+    tokenizer = state["tokenizer"]
+    prompt_length = int(cfg.actor_rollout_ref.rollout.prompt_length)
+    system = ExperienceSystem.from_snapshot(snapshot, tokenizer)  # the library both engines start from
+    system.begin_iteration(1)
+    envs, _ = make_envs(cfg)
+    model = AutoModelForCausalLM.from_pretrained(state["model_dir"], dtype=torch.float32)
+    greedy = SamplingParams(temperature=0.0, do_sample=False, max_new_tokens=12, stop=("</action>",))
+    hf = HFGenerator(model, tokenizer)
+    generator = hf if script is None else ReplayGenerator(envs, hf, script)
+    collector = TrajectoryCollector(prompt_budget=PromptBudget(prompt_length, hf.prompt_length))  # the trainer's
+    rollout = collector.collect(envs, generator, greedy, system.provider, seeds=SEEDS)
+    algorithm = validate_algorithm(cfg.algorithm)
+    batch = build_step_batch(rollout, tokenizer.pad_token_id, algorithm.gamma, algorithm.invalid_action_penalty_coef)
+    advantages, _ = compute_advantages(batch, algorithm)
+    forge = algorithm.forge
+    weight = library_distillation_weight(len(system.library), forge)
+    distill = DistillationInputs.of_batch(batch, hf.encode_prompt, tokenizer.pad_token_id, weight,
+                                          forge.divergence_type, forge.distill_temperature)
+    student = [None] * len(batch)
+    if distill is not None:
+        plain, p = distill.plain, distill.plain.prompt_length
+        for k, row in enumerate(distill.rows.tolist()):
+            student[row] = plain.input_ids[k, :p][plain.attention_mask[k, :p].bool()].tolist()
+    return {
+        "keys": [(seed_of(r.uid), r.step) for r in batch.records],
+        "prompt_ids": [list(r.prompt_ids) for r in batch.records],
+        "response_ids": [list(r.response_ids) for r in batch.records],
+        "cluster_id": [r.cluster_id for r in batch.records],
+        "admissible": [tuple(r.admissible_actions) for r in batch.records],
+        "expert": [r.expert_action for r in batch.records],
+        "advantage": advantages[:, 0].tolist(),
+        "experiences": sum(bool(r.experience_ids) for r in batch.records),
+        "dropped": [r.experiences_dropped for r in batch.records],
+        "student": student,
+        "bare_length": max(hf.prompt_length(r.plain_messages) for r in batch.records),
+        "trajectories": rollout.trajectories,
+    }
+
+
+def replayed(trajectories):
+    """(task seed, copy, trajectory) of the embedded engine's trajectories, the copy numbered as
+    :class:`ReplayGenerator` numbers it (environment order within the task)."""
+    seen = defaultdict(int)
+    for trajectory in trajectories:
+        seed = seed_of(trajectory.uid)
+        yield seed, seen[seed], trajectory
+        seen[seed] += 1
+
+
+def by_key(run: dict, field: str) -> dict:
+    """{(seed, step): sorted values of ``field``} of a run (the G copies of a task give G values)."""
+    table = by_task_step(run["keys"], [repr(v) if not isinstance(v, float) else v for v in run[field]])
+    return {key: sorted(values) for key, values in table.items()}
 
 
 def evolved_library(system, trajectories) -> list[tuple]:
@@ -186,12 +273,19 @@ def evolved_library(system, trajectories) -> list[tuple]:
 
 
 @pytest.fixture(scope="module")
-def local_v1(library_v1):
-    """The embedded engine's first iteration from the library (the prompt length roomy: nothing is trimmed)."""
-    return local_first_iteration(library_v1, library_v1["system"].snapshot())
+def verl_sampled(library_v1, verl_rollout):
+    """verl's first iteration from the library, sampled (the prompt length roomy: nothing is trimmed)."""
+    return verl_first_iteration(library_v1, library_v1["system"].snapshot(), verl_rollout, library_v1["cfg"])
 
 
-def test_both_engines_give_the_same_first_iteration(library_v1, local_v1, verl_rollout):
+@pytest.fixture(scope="module")
+def local_replayed(library_v1, verl_sampled):
+    """The embedded engine's first iteration replaying verl's responses."""
+    return local_first_iteration(library_v1, library_v1["system"].snapshot(), library_v1["cfg"],
+                                 script=verl_sampled["script"])
+
+
+def test_both_engines_give_the_same_first_iteration(library_v1, verl_sampled, local_replayed):
     from agent_system.multi_turn_rollout.protocols import RolloutBatch
     from recipe.forge.engines.local.validation import pass_metrics
     from recipe.forge.engines.verl.row_codec import trajectories_from_rows
@@ -199,10 +293,12 @@ def test_both_engines_give_the_same_first_iteration(library_v1, local_v1, verl_r
     from recipe.forge.experience.system import PROVISIONAL_BASE
 
     snapshot = library_v1["system"].snapshot()
-    local = local_v1
-    verl = verl_first_iteration(library_v1, snapshot, verl_rollout)
+    local, verl = local_replayed, verl_sampled
+    assert snapshot.config["injection"] == "system"  # the default placement
     assert local["experiences"] > 0, "no step was given experiences: the comparison would not cover injection"
     assert sorted(local["keys"]) == sorted(verl["keys"])
+    responses = by_key(verl, "response_ids")
+    assert any(len(set(copies)) > 1 for copies in responses.values()), "the sampled copies do not differ"
 
     decode = library_v1["tokenizer"].decode
     for field in ("prompt_ids", "response_ids"):
@@ -211,26 +307,24 @@ def test_both_engines_give_the_same_first_iteration(library_v1, local_v1, verl_r
             assert sorted(a[key]) == sorted(b[key]), (
                 f"{field} differ at task seed {key[0]}, step {key[1]}:\nlocal {decode(a[key][0])!r}\nverl  {decode(b[key][0])!r}"
             )
-    a, b = by_task_step(local["keys"], local["admissible"]), by_task_step(verl["keys"], verl["admissible"])
-    assert {k: sorted(v) for k, v in a.items()} == {k: sorted(v) for k, v in b.items()}
-    a, b = by_task_step(local["keys"], local["expert"]), by_task_step(verl["keys"], verl["expert"])
-    assert {k: sorted(v) for k, v in a.items()} == {k: sorted(v) for k, v in b.items()}
+    for field in ("admissible", "expert", "student"):
+        assert by_key(local, field) == by_key(verl, field), field
     assert all(e in ("+", "-") for e in local["expert"])  # NumberLine's expert at every state acted on
+    assert sum(s is not None for s in local["student"]) == local["experiences"] > 0  # distilled: steps with experiences
     a, b = by_task_step(local["keys"], local["advantage"]), by_task_step(verl["keys"], verl["advantage"])
     for key in a:
         np.testing.assert_allclose(sorted(a[key]), sorted(b[key]), rtol=1e-5, atol=1e-5, err_msg=str(key))
 
-    # clusters: ids the library knew are equal; observations new to it make the same partition on both sides
-    pairs = set(zip(local["cluster_id"], verl["cluster_id"]))
-    order_local = dict(zip(local["keys"], local["cluster_id"]))
-    order_verl = dict(zip(verl["keys"], verl["cluster_id"]))
+    # clusters, step by step along each replayed trajectory: ids the library knew are equal; observations new to it
+    # make the same partition on both sides
     mapping = {}
-    for key in order_local:
-        lid, vid = order_local[key], order_verl[key]
-        if vid < PROVISIONAL_BASE:
-            assert lid == vid, f"known cluster differs at {key}"
-        assert mapping.setdefault(lid, vid) == vid, f"cluster partitions differ at {key}"
-    assert len(set(mapping.values())) == len(mapping) and pairs
+    for seed, copy, trajectory in replayed(local["trajectories"]):
+        for step, row in zip(trajectory.steps, verl["script"][seed][copy], strict=True):
+            lid, vid = step.cluster_id, row["cluster_id"]
+            if vid < PROVISIONAL_BASE:
+                assert lid == vid, f"known cluster differs at task seed {seed}, copy {copy}, step {step.step}"
+            assert mapping.setdefault(lid, vid) == vid, f"cluster partitions differ at task seed {seed}, step {step.step}"
+    assert mapping and len(set(mapping.values())) == len(mapping)
 
     # evolution: the embedded trainer evolves from its trajectories, verl's driver from the rows decoded by the row
     # codec; from the same library they must make the same library (entries compared by content, not id)
@@ -247,17 +341,20 @@ def test_both_engines_give_the_same_first_iteration(library_v1, local_v1, verl_r
     assert figures["local"]["val/num_trajectories"] == len(SEEDS) * G and "val/forge/lessons_checkable" in figures["local"]
 
 
-def test_both_engines_fit_long_prompts_by_one_rule(library_v1, local_v1, verl_rollout):
-    """rollout.prompt_length set to the longest prompt without experiences: the steps with experiences drop
-    entries to fit, on both engines alike (the same prompt tokens, the same entries dropped), and no prompt is
+def test_both_engines_fit_long_prompts_by_one_rule(library_v1, local_replayed, verl_rollout):
+    """The library after the observation (user_suffix), greedy decoding on both engines, rollout.prompt_length
+    set to the longest prompt without experiences: the steps with experiences drop entries to fit, on both engines
+    alike (the same prompt tokens, the same entries dropped, the same distillation rows), and no prompt is
     left-truncated by verl."""
-    snapshot = library_v1["system"].snapshot()
-    limit = local_v1["bare_length"]  # the longest prompt without experiences
-    local = local_first_iteration(library_v1, snapshot, prompt_length=limit)
-    verl = verl_first_iteration(library_v1, snapshot, verl_rollout, prompt_length=limit)
+    limit = local_replayed["bare_length"]  # the longest prompt without experiences
+    cfg = with_values(library_v1["cfg"], {"actor_rollout_ref.rollout.prompt_length": limit, "data.max_prompt_length": limit,
+                                          "actor_rollout_ref.rollout.temperature": 0.0,
+                                          "algorithm.forge.injection": "user_suffix"})
+    snapshot = placed(library_v1["system"].snapshot(), "user_suffix")
+    local = local_first_iteration(library_v1, snapshot, cfg)
+    verl = verl_first_iteration(library_v1, snapshot, verl_rollout, cfg)
     assert sum(local["dropped"]) > 0, "no step had to drop an entry: the limit does not exercise the rule"
     assert sorted(local["keys"]) == sorted(verl["keys"])
-    for field in ("prompt_ids", "dropped"):
-        a, b = by_task_step(local["keys"], local[field]), by_task_step(verl["keys"], verl[field])
-        assert {k: sorted(v) for k, v in a.items()} == {k: sorted(v) for k, v in b.items()}, field
+    for field in ("prompt_ids", "response_ids", "dropped", "student"):
+        assert by_key(local, field) == by_key(verl, field), field
     assert max(len(ids) for ids in verl["prompt_ids"]) <= limit

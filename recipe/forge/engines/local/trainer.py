@@ -24,7 +24,7 @@ import torch
 from agent_system.config_checks import ConfigError
 from agent_system.multi_turn_rollout.prompt_fit import PromptBudget
 from agent_system.multi_turn_rollout.protocols import SamplingParams
-from recipe.forge.distillation import distillation_weight
+from recipe.forge.distillation import library_distillation_weight
 from recipe.forge.engines.fit_loop import fit
 from recipe.forge.engines.local.advantages import NEEDS_SUM_PI_SQUARED, compute_advantages
 from recipe.forge.engines.local.batch import StepBatch, build_step_batch
@@ -33,7 +33,6 @@ from recipe.forge.engines.local.generation import HFGenerator
 from recipe.forge.engines.local.lr_schedule import build_lr_scheduler
 from recipe.forge.engines.local.model_loading import Policy, PolicyConfig, build_policy
 from recipe.forge.engines.local.rollout_dump import decoded_prompt, rollout_dump, shown_entries
-from recipe.forge.engines.local.sequences import pack
 from recipe.forge.engines.local.timing import PhaseTimer, TimedProvider
 from recipe.forge.engines.local.update import DistillationInputs, PolicyUpdater, ValueModel
 from recipe.forge.engines.local.validation import validation_metrics
@@ -275,18 +274,9 @@ class LocalTrainer:
         forge = self.algorithm.forge
         if self.experience is None or not forge.use_distillation:
             return None
-        rows = [i for i, r in enumerate(batch.records) if r.messages != r.plain_messages]
-        capacity = 3 * (forge.golden_capacity_per_level + forge.warning_capacity_per_level)
-        weight = distillation_weight(len(self.experience.library), capacity, forge.max_distill_weight)
-        if not rows or weight == 0.0:
-            return None
-        records = [batch.records[i] for i in rows]
-        responses = [r.response_ids for r in records]
-        pad = self.tokenizer.pad_token_id
-        plain = pack([self.generator.encode_prompt(r.plain_messages) for r in records], responses, pad)
-        privileged = pack([r.prompt_ids for r in records], responses, pad)
-        return DistillationInputs(torch.as_tensor(rows), plain, privileged, weight,
-                                  forge.divergence_type, forge.distill_temperature)
+        weight = library_distillation_weight(len(self.experience.library), forge)
+        return DistillationInputs.of_batch(batch, self.generator.encode_prompt, self.tokenizer.pad_token_id, weight,
+                                           forge.divergence_type, forge.distill_temperature)
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> dict[str, float]:

@@ -22,10 +22,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from recipe.forge.distillation import distillation_loss
+from recipe.forge.distillation import distillation_loss, distilled_step
 from recipe.forge.engines.local.batch import StepBatch
-from recipe.forge.engines.local.sequences import (PackedSequences, entropy_from_logits, forward_inputs, response_logits,
-                                                  token_logprobs)
+from recipe.forge.engines.local.sequences import (PackedSequences, entropy_from_logits, forward_inputs, pack,
+                                                  response_logits, token_logprobs)
 
 
 # Losses whose per-token value is the advantage times a function of the ratio: a row with zero advantage
@@ -45,6 +45,20 @@ class DistillationInputs:
     weight: float
     divergence: str
     temperature: float
+
+    @classmethod
+    def of_batch(cls, batch: StepBatch, encode_prompt: Callable[[list], list[int]], pad_token_id: int, weight: float,
+                 divergence: str, temperature: float) -> "DistillationInputs | None":
+        """The rows of ``batch`` that are distillation rows (``distilled_step``), the student's prompt encoded by
+        ``encode_prompt`` (the generator's); None when there is none or ``weight`` is 0."""
+        rows = [i for i, r in enumerate(batch.records) if distilled_step(r.messages, r.plain_messages)]
+        if not rows or weight == 0.0:
+            return None
+        records = [batch.records[i] for i in rows]
+        responses = [r.response_ids for r in records]
+        plain = pack([encode_prompt(r.plain_messages) for r in records], responses, pad_token_id)
+        privileged = pack([r.prompt_ids for r in records], responses, pad_token_id)
+        return cls(torch.as_tensor(rows), plain, privileged, weight, divergence, temperature)
 
 
 class ValueModel(nn.Module):

@@ -31,6 +31,7 @@ from agent_system.multi_turn_rollout.protocols import (ACTION_STOP, GenerationOu
                                                        StepRecord, TrajectoryRecord)
 from agent_system.multi_turn_rollout.prompt_fit import fit_prompt, shorter_versions
 from agent_system.multi_turn_rollout.step import PreparedStep, finish_step, prepare_steps, response_text
+from recipe.forge.distillation import distilled_step
 from recipe.forge.engines.verl.episode import EpisodeSession, EpisodeView, StepOutcome
 from recipe.forge.engines.verl.library_channel import NO_LIBRARY, WORKER_LIBRARY
 from recipe.forge.engines.verl.row_codec import StepExtras, row_from_record
@@ -119,7 +120,7 @@ class ForgeAgentLoop(AgentLoopBase):
                 # self-distillation: the row keeps the context the policy acted in (PPO stays on-policy); the
                 # plain prompt is the student's view, scored by the trainer against this row's (teacher) context
                 student_prompt_ids = None
-                if self.distill and prepared.experience.text:
+                if self.distill and distilled_step(prepared.messages, prepared.plain_messages):
                     student_prompt_ids = [*await self.ct_build_initial_tokens(prepared.plain_messages), *self.prefix_ids]
                 started = time.perf_counter()
                 outcome, next_view = await session.step(response_text(generation.output))

@@ -37,7 +37,7 @@ from verl import DataProto
 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
 from verl.workers.utils.padding import response_from_nested, response_to_nested
 
-from recipe.forge.distillation import distillation_weight
+from recipe.forge.distillation import library_distillation_weight
 from recipe.forge.engines.verl.distill import distillation_advantage
 from recipe.forge.engines.verl.forge_steps import WITH_LIBRARY, ForgeSteps
 from recipe.forge.engines.verl.rollout_logprobs import has_rollout_log_probs, rollout_correction_runs
@@ -190,9 +190,7 @@ def _add_distillation_advantages(batch: KVBatchMeta, rows: BatchRows, computed: 
     """The advantage of every distillation row: ``-w (log pi(a_t | plain) - log pi(a_t | with library))`` per
     response token (the sampled-token estimate of the reverse KL from the student to the teacher), with ``w``
     ramped by the library's fill ratio up to ``max_distill_weight``."""
-    settings = forge.config.algorithm.forge
-    capacity = 3 * (int(settings.golden_capacity_per_level) + int(settings.warning_capacity_per_level))
-    weight = distillation_weight(len(forge.library.system.library), capacity, float(settings.max_distill_weight))
+    weight = library_distillation_weight(len(forge.library.system.library), forge.config.algorithm.forge)
     students = np.flatnonzero(rows.student)
     metrics["forge/distill_weight"] = weight
     metrics["forge/distill_rows"] = float(len(students))
