@@ -1,4 +1,5 @@
-"""One config, two engines: the first iteration's step samples, advantages, library and distillation rows agree.
+"""One config, two engines: the first iteration's step samples, advantages, update, library and distillation rows
+agree.
 
 The same run config (NumberLine, 2 tasks x 4 copies, forge with self-distillation), the same task seeds, the
 same tiny model, from the same library version (evolved once beforehand, so that steps get experiences):
@@ -12,8 +13,9 @@ same tiny model, from the same library version (evolved once beforehand, so that
 They must give the same prompt and response tokens, admissible and expert actions per (task, step), the same
 observation clusters (equal ids for clusters the library knew, the same partition for new ones), the same
 advantages (the local engine's ``compute_advantages`` against the verl trainer's ``compute_batch_advantages``),
-the same library after evolution, the same validation figures and the same distillation rows (which steps, the
-student's prompt tokens). The library goes in the system message (the default placement) here and after the
+the same policy loss and gradient norm after one update from the same weights (verl's FSDP2 actor against the
+embedded engine's PolicyUpdater), the same library after evolution, the same validation figures and the same
+distillation rows (which steps, the student's prompt tokens). The library goes in the system message (the default placement) here and after the
 observation (``user_suffix``, the main job's choice) in the prompt-length test, whose prompts are compared too.
 """
 
@@ -39,6 +41,9 @@ OVERRIDES = [
     "algorithm.forge.use_distillation=true", "algorithm.forge.divergence_type=reverse_kl",
     "actor_rollout_ref.rollout.temperature=1.0", "actor_rollout_ref.rollout.response_length=12",
     "data.max_response_length=12", "data.max_prompt_length=1024", "actor_rollout_ref.rollout.prompt_length=1024",
+    # verl's actor worker cuts a batch into micro-batches that must divide it; its trainer pads the rows to that
+    # multiple, this test's rows are as the rollout left them
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
     "actor_rollout_ref.rollout.agent.num_workers=1", "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
     "transfer_queue.backend.SimpleStorage.total_storage_size=10000",
 ]
@@ -130,8 +135,50 @@ def placed(snapshot, injection: str):
     return dataclasses.replace(snapshot, config={**snapshot.config, "injection": injection})
 
 
-def verl_first_iteration(state, snapshot, verl_rollout, cfg):
-    """verl's rollout of SEEDS from ``snapshot`` under ``cfg`` (its rollout temperature), its advantages."""
+def verl_update(cfg, meta, advantages: torch.Tensor) -> dict:
+    """One update of verl's actor on the stored rows ``meta`` with ``advantages`` ((bs, R) padded), as verl's trainer
+    runs it: our CPU actor worker (verl's FSDP2 engine and PPO loss, in a Ray actor of its own), its old-log-prob
+    pass written back as ``old_log_probs``, the advantages stored, then ``update_actor`` over one mini-batch of every
+    row (no shuffle), with the KL loss where the config has it. Returns verl's reduced ``actor/*`` metrics."""
+    import socket
+
+    import ray
+    import transfer_queue as tq
+    from tensordict import TensorDict
+    from verl.utils.metric import reduce_metrics
+    from verl.utils.py_functional import rename_dict
+    from verl.workers.utils.padding import response_from_nested, response_to_nested
+
+    from recipe.forge.engines.verl.cpu.workers import CpuActorRolloutRefWorker
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {"VERL_PLATFORM": "cpu", "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(port), "TRANSFER_QUEUE_ENABLE": "1"}
+    actor = ray.remote(CpuActorRolloutRefWorker).options(num_cpus=0, runtime_env={"env_vars": env}).remote(
+        config=cfg.actor_rollout_ref, role="actor")
+    ray.get(actor.init_model.remote())
+    temperature = float(cfg.actor_rollout_ref.rollout.temperature)
+    meta.extra_info.update({"calculate_entropy": False, "compute_loss": False, "temperature": temperature})
+    ray.get(actor.compute_log_prob.remote(meta))
+    data = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=["log_probs", "response_mask"])
+    mask = data["response_mask"]
+    old = response_from_nested(data.pop("log_probs"), mask)
+    # the reference policy is the initial one, whose log-probs these are (verl's reference pass would repeat them)
+    fields = TensorDict({"old_log_probs": old, "ref_log_prob": old, "advantages": response_to_nested(advantages, mask)},
+                        batch_size=len(meta))
+    meta = tq.kv_batch_put(keys=meta.keys, partition_id=meta.partition_id, fields=fields)
+    meta.extra_info.update({"calculate_entropy": False, "distillation_use_topk": False, "distillation_only": False,
+                            "global_batch_size": len(meta), "mini_batch_size": len(meta), "epochs": 1, "seed": 0,
+                            "dataloader_kwargs": {"shuffle": False}, "temperature": temperature})
+    output = ray.get(actor.update_actor.remote(meta))
+    return reduce_metrics(rename_dict(output["metrics"], "actor/"))
+
+
+def verl_first_iteration(state, snapshot, verl_rollout, cfg, update: bool = False):
+    """verl's rollout of SEEDS from ``snapshot`` under ``cfg`` (its rollout temperature), its advantages, and with
+    ``update`` the metrics of one update of verl's actor on them (:func:`verl_update`)."""
     import ray
     import transfer_queue as tq
     from tensordict import TensorDict
@@ -164,6 +211,7 @@ def verl_first_iteration(state, snapshot, verl_rollout, cfg):
         computed = compute_batch_advantages("forge", np.array(row_uids, dtype=object), mask, extra, real, cfg.algorithm)
         prompts = [p.tolist() for p in data["prompts"].unbind()]
         responses = [r.tolist() for r in data["responses"].unbind()]
+        update_metrics = verl_update(cfg, meta, computed["advantages"]) if update else None
     keep = np.flatnonzero(real)
     trajectories = defaultdict(lambda: defaultdict(list))  # seed -> traj_uid -> rows
     for i in keep:
@@ -180,6 +228,7 @@ def verl_first_iteration(state, snapshot, verl_rollout, cfg):
         "dropped": [extra[i]["experiences_dropped"] for i in keep],
         "student": [extra[i].get("student_prompt_ids") for i in keep],
         "rows": [extra[i] for i in keep],
+        "update": update_metrics,
         # per task seed, its copies' steps in order (copies by trajectory uid): what the embedded engine replays
         "script": {seed: [sorted(steps, key=lambda row: row["step"]) for _, steps in sorted(copies.items())]
                    for seed, copies in trajectories.items()},
@@ -220,6 +269,7 @@ def local_first_iteration(state, snapshot, cfg, script: dict | None = None):
     weight = library_distillation_weight(len(system.library), forge)
     distill = DistillationInputs.of_batch(batch, hf.encode_prompt, tokenizer.pad_token_id, weight,
                                           forge.divergence_type, forge.distill_temperature)
+    update_metrics = local_update(state, cfg, batch, advantages) if script is not None else None
     student = [None] * len(batch)
     if distill is not None:
         plain, p = distill.plain, distill.plain.prompt_length
@@ -238,7 +288,27 @@ def local_first_iteration(state, snapshot, cfg, script: dict | None = None):
         "student": student,
         "bare_length": max(hf.prompt_length(r.plain_messages) for r in batch.records),
         "trajectories": rollout.trajectories,
+        "update": update_metrics,
     }
+
+
+def local_update(state, cfg, batch, advantages: torch.Tensor) -> dict:
+    """One update of the embedded engine's policy (PolicyUpdater, verl's actor config of ``cfg``) on ``batch`` from
+    the model's initial weights: old log-probs recomputed, as verl does (and, for the KL loss, the reference's: the
+    initial policy's), one mini-batch of every row. Without the
+    distillation term, which the engines build differently by design (docs/distributed.md)."""
+    from transformers import AutoModelForCausalLM
+
+    from recipe.forge.engines.local.update import PolicyUpdater
+    from recipe.forge.run_config import load_run_config
+
+    actor = load_run_config(with_values(cfg, {"trainer.engine": "local"})).policy.actor
+    assert actor.ppo_mini_batch_size * actor.rollout_n >= len(batch), "the update would take several mini-batches"
+    model = AutoModelForCausalLM.from_pretrained(state["model_dir"], dtype=torch.float32)
+    updater = PolicyUpdater(model, torch.optim.AdamW(model.parameters(), lr=actor.optim.lr), actor,
+                            temperature=float(cfg.actor_rollout_ref.rollout.temperature), share_prompt_prefix=False)
+    old = updater.log_probs(model, batch.packed)
+    return updater.update(batch, advantages, old, ref_log_probs=old if actor.use_kl_loss else None)
 
 
 def replayed(trajectories):
@@ -275,7 +345,8 @@ def evolved_library(system, trajectories) -> list[tuple]:
 @pytest.fixture(scope="module")
 def verl_sampled(library_v1, verl_rollout):
     """verl's first iteration from the library, sampled (the prompt length roomy: nothing is trimmed)."""
-    return verl_first_iteration(library_v1, library_v1["system"].snapshot(), verl_rollout, library_v1["cfg"])
+    return verl_first_iteration(library_v1, library_v1["system"].snapshot(), verl_rollout, library_v1["cfg"],
+                                update=True)
 
 
 @pytest.fixture(scope="module")
@@ -331,6 +402,15 @@ def test_both_engines_give_the_same_first_iteration(library_v1, verl_sampled, lo
     local_library = evolved_library(library_v1["system"], local["trajectories"])
     verl_library = evolved_library(library_v1["system"], trajectories_from_rows(verl["rows"]))
     assert local_library == verl_library and len(local_library) > len(library_v1["system"].library)
+
+    # the update, from the same weights and the same rows: verl's FSDP2 actor and the embedded engine's updater give
+    # the same policy loss and gradient norm (one mini-batch of every row, ratio 1: the loss is minus the
+    # token-mean advantage, the gradient its policy gradient). The two forwards differ in float rounding: their
+    # log-probs of the same tokens on the same weights differ by up to 2e-4 here (the tiny model's logits are large),
+    # the gradient norms by up to 7e-4 relative
+    assert local["update"]["actor/pg_loss"] == pytest.approx(verl["update"]["actor/pg_loss"], rel=1e-6, abs=1e-9)
+    assert local["update"]["actor/grad_norm"] == pytest.approx(verl["update"]["actor/grad_norm"], rel=2e-3)
+    assert local["update"]["actor/grad_norm"] > 0 and local["update"]["actor/ppo_kl"] == verl["update"]["actor/ppo_kl"] == 0
 
     # validation figures: both engines report a pass with validation.pass_metrics from its steps (the embedded
     # engine from the collector's batch, verl's driver from the rows): the same steps give the same figures
