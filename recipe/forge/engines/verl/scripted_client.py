@@ -16,7 +16,7 @@ it to its Ray workers exactly like the real client.
 from __future__ import annotations
 
 import random
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import ray
 
@@ -33,7 +33,9 @@ DEFAULT_RESPONSES = (
 
 
 class ScriptedLLMClient(LLMServerClient):
-    """Answers every request with one of ``responses`` (seeded choice), tokenised with the run's tokenizer.
+    """Answers every request with one of ``responses``, tokenised with the run's tokenizer. The choice is seeded per
+    prompt: the n-th request with the same prompt ids gets the n-th draw of a generator seeded by ``seed`` and those
+    ids, so the answers do not depend on the order in which concurrent requests arrive.
 
     ``logprob`` is reported for every sampled token; ``global_steps`` is the weight version the trainer would
     have synced, as verl's real servers report it.
@@ -52,7 +54,7 @@ class ScriptedLLMClient(LLMServerClient):
         self.seed = seed
         self.logprob = logprob
         self.global_steps = global_steps
-        self._rng: Optional[random.Random] = None
+        self._draws: dict[tuple[int, ...], random.Random] = {}  # prompt ids -> its generator
         self._tokenizer = None
         self.calls = 0
 
@@ -66,10 +68,11 @@ class ScriptedLLMClient(LLMServerClient):
     async def generate(self, request_id, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs) -> TokenOutput:
         if not prompt_ids:
             raise ValueError("generate called with an empty prompt")
-        if self._rng is None:
-            self._rng = random.Random(self.seed)
+        key = tuple(prompt_ids)
+        if key not in self._draws:
+            self._draws[key] = random.Random(f"{self.seed}:{','.join(map(str, key))}")
         self.calls += 1
-        text = self._rng.choice(self.responses)
+        text = self._draws[key].choice(self.responses)
         token_ids = self._tokenizer_for().encode(text, add_special_tokens=False)
         return TokenOutput(
             token_ids=token_ids,
