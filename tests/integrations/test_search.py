@@ -100,8 +100,8 @@ def test_answer_passage_is_retrieved_first(search_dataset, retrieval_server):
 
 def test_request_contract(retrieval_server):
     assert httpx.post(retrieval_server.url, json={"queries": []}, timeout=10).json() == {"result": []}
-    assert httpx.post(retrieval_server.url, json={"queries": ["x"], "topk": 0}, timeout=10).status_code == 422
-    assert httpx.post(retrieval_server.url, json={"topk": 3}, timeout=10).status_code == 422
+    assert httpx.post(retrieval_server.url, json={"queries": ["x"], "topk": 0}, timeout=10).status_code == 400
+    assert httpx.post(retrieval_server.url, json={"topk": 3}, timeout=10).status_code == 400
     default = httpx.post(retrieval_server.url, json={"queries": ["painter born"]}, timeout=10).json()["result"][0]
     assert len(default) == 3  # the server's default topk
     # a query with no indexed term returns no passages rather than an error
