@@ -14,6 +14,7 @@ import pytest
 from recipe.forge.experience import CheckpointError, ExperienceSystem
 from recipe.forge.experience.store import FILENAME, load_payload
 from recipe.forge.experience.viewer import main as viewer_main
+from recipe.forge.safe_text import markdown_text
 
 
 def _system(cfg, **kw):
@@ -207,7 +208,7 @@ def test_viewer_prints_and_exports(cfg, tmp_path, iterate, capsys):
         for rows in levels.values():
             assert [r["score"] for r in rows] == sorted((r["score"] for r in rows), reverse=True)
     some = next(iter(system.library.all_entries()))
-    assert some.text.replace("|", "&#124;") in out_md.read_text() and "<table" in out_html.read_text()
+    assert markdown_text(some.text) in out_md.read_text() and "<table" in out_html.read_text()
     assert viewer_main([str(tmp_path / "ck"), "--zone", "warning", "--top", "1"]) == 0
     one_zone = capsys.readouterr().out
     assert "== golden ==" not in one_zone and one_zone.count("    #") == sum(

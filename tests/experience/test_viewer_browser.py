@@ -6,44 +6,22 @@ by ``make test``); where it cannot be installed the browser tests skip and say w
 from __future__ import annotations
 
 import html
-import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from agent_system.testing.browser import SKIP_REASON, find_chromium, open_page
 from recipe.forge.experience import ExperienceSystem
 from recipe.forge.experience.viewer import main as viewer_main
 
 pytestmark = pytest.mark.timeout(300)
-CONSOLE = re.compile(r":CONSOLE[:(]\d*\)?\]? (.*)")
 
 
 @pytest.fixture(scope="module")
 def chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    pytest.skip("no Chromium on PATH: `bash scripts/ensure_browser.sh` installs Debian's chromium package "
-                "(needs root and apt-get)")
-
-
-def open_page(browser: str, page: Path, tmp_path: Path) -> tuple[str, Path, list[str]]:
-    """(the DOM after load, a 1200x900 screenshot, the console messages) of ``page`` in headless Chromium."""
-    common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-extensions",
-              f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
-              "--window-size=1200,900"]
-    url = page.resolve().as_uri()
-    dom = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=120)
-    shot = tmp_path / "page.png"
-    snap = subprocess.run([*common, f"--screenshot={shot}", url], capture_output=True, text=True, timeout=120)
-    assert dom.returncode == 0 and snap.returncode == 0, dom.stderr[-2000:] + snap.stderr[-2000:]
-    console = [m.group(1) for line in (dom.stderr + snap.stderr).splitlines() if (m := CONSOLE.search(line))]
-    return dom.stdout, shot, console
+    return find_chromium() or pytest.skip(SKIP_REASON)
 
 
 def not_blank(png: Path) -> bool:

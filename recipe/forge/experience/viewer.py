@@ -8,6 +8,8 @@ and export it as JSON, Markdown or HTML.
 The checkpoint is validated first (a damaged file is reported with what is wrong; exit status 2). Every entry
 shows its verdict against the environment's expert (recipe/forge/experience/lesson_quality.py): ``right``,
 ``wrong`` or ``not checkable`` (no advice, or no expert where it was drawn), and every level its counts.
+Lesson texts and prototypes quote model output: the console view and the Markdown export show them through
+recipe/forge/safe_text.py (no terminal escape, no live markup), the HTML export escapes them as HTML.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 from recipe.forge.experience.lesson_quality import RIGHT, WRONG, verdict
 from recipe.forge.experience.library import LEVELS, Advice
 from recipe.forge.experience.store import CheckpointError, load_payload
+from recipe.forge.safe_text import markdown_text, terminal_text
 
 NOT_CHECKABLE = "not checkable"
 VERDICTS = (RIGHT, WRONG, NOT_CHECKABLE)
@@ -85,7 +88,7 @@ def cluster_stats(payload: dict[str, Any], top: int = 10) -> dict[str, Any]:
 
 
 def _short(text: str, limit: int = 100) -> str:
-    flat = " ".join(text.split())
+    flat = terminal_text(" ".join(text.split()))
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
@@ -105,7 +108,7 @@ def as_text(view: dict[str, Any]) -> str:
             for e in rows:
                 lines.append(f"    #{e['entry_id']:<5} score={e['score']:<7.3g} support={e['support']:<3} "
                              f"retrieved={e['retrieval_count']:<4} clusters={len(e['cluster_ids']):<3} "
-                             f"it={e['created_iter']}-{e['updated_iter']}  {e['verdict']:<13}  {e['text']}")
+                             f"it={e['created_iter']}-{e['updated_iter']}  {e['verdict']:<13}  {terminal_text(e['text'])}")
     c = view["clusters"]
     lines.append(f"\n== clusters ==\n  count {c['count']} (evicted {c['evicted']}, exact mode {c['exact_mode']}, "
                  f"threshold {c['threshold']}), uses mean {c['uses_mean']:.2f} max {c['uses_max']}, "
@@ -124,7 +127,7 @@ def as_markdown(view: dict[str, Any]) -> str:
             out += [f"### {level} ({len(rows)}; {verdict_counts(view['verdicts'][zone][level])})", "",
                     "| id | score | support | retrieved | verdict | text |", "|---:|---:|---:|---:|---|---|"]
             out += [f"| {e['entry_id']} | {e['score']:.3g} | {e['support']} | {e['retrieval_count']} | "
-                    f"{e['verdict']} | {e['text'].replace('|', '&#124;')} |" for e in rows]
+                    f"{e['verdict']} | {markdown_text(e['text'])} |" for e in rows]
             out.append("")
     c = view["clusters"]
     out += ["## Clusters", "", f"{c['count']} clusters, {c['evicted']} evicted, mean uses {c['uses_mean']:.2f}, "
@@ -165,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         payload = load_payload(args.checkpoint)
     except CheckpointError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return 2
     view = organise(payload, args.zone, args.top)
     if args.export_json:
