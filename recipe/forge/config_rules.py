@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from agent_system.config_checks import ConfigError, check_choice, check_int, check_range
 from agent_system.multi_turn_rollout.injection import INJECTIONS
+from recipe.forge.experience.bounds import MAX_KEY_CHARS, MAX_LESSON_CHARS, MIN_KEY_CHARS, MIN_LESSON_CHARS
 from recipe.forge.experience.render import LESSON_STYLES
 
 ENGINES = ("local", "verl", "api")
@@ -69,6 +70,8 @@ class ForgeValues:
     top_k_golden: int = 2
     top_k_warning: int = 1
     max_experience_length: int = 800
+    max_lesson_chars: int = MAX_LESSON_CHARS  # a lesson's text is cut to this many characters (experience/bounds.py)
+    max_key_chars: int = MAX_KEY_CHARS  # longer observations and tasks are compared and stored as bounded keys
     experience_style: str = "compact"
     lesson_style: str = "descriptive"
     injection: str = "system"
@@ -115,6 +118,8 @@ class ForgeValues:
         check_int(f"{p}.top_k_golden", self.top_k_golden, 0, self.golden_capacity_per_level)
         check_int(f"{p}.top_k_warning", self.top_k_warning, 0, self.warning_capacity_per_level)
         check_int(f"{p}.max_experience_length", self.max_experience_length, 1)
+        check_int(f"{p}.max_lesson_chars", self.max_lesson_chars, MIN_LESSON_CHARS)
+        check_int(f"{p}.max_key_chars", self.max_key_chars, MIN_KEY_CHARS)
         check_choice(f"{p}.experience_style", self.experience_style, ("compact", "verbose"))
         check_choice(f"{p}.lesson_style", self.lesson_style, LESSON_STYLES)
         check_choice(f"{p}.injection", self.injection, INJECTIONS)

@@ -51,7 +51,8 @@ import numpy as np
 from agent_system.config_checks import check_range
 from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
 from recipe.forge.experience.evolution import Extractor
-from recipe.forge.experience.extract_rule import advice_at, answer_form, example_lesson, one_line, shorten
+from recipe.forge.experience.bounds import one_line, shorten
+from recipe.forge.experience.extract_rule import MAX_ACTION, advice_at, answer_form, example_lesson
 from recipe.forge.experience.library import GOLDEN, WARNING, Candidate
 from recipe.forge.experience.render import check_lesson_style
 from recipe.forge.step_samples import StepSamples, step_returns
@@ -147,11 +148,12 @@ class CreditExtractor:
     def _warning(self, source: StepRecord, worse: str) -> str:
         """At the state of ``source`` (which took the best action), take it instead of ``worse``: the rule
         extractor's diagnostic wording in its lesson style, with the step comparison as the reason."""
-        state, quoted = shorten(source.anchor_obs), shorten(worse, 80)
+        state, quoted = shorten(source.anchor_obs), shorten(worse, MAX_ACTION)
         if self.imperative:
             return (f"At \"{state}\", answer with {answer_form(source)} instead of \"{quoted}\", which led to a "
                     "lower return from this state in the same task.")
-        return (f"At \"{state}\", the action \"{quoted}\" led to a lower return than \"{shorten(source.action, 80)}\" "
+        best = shorten(source.action, MAX_ACTION)
+        return (f"At \"{state}\", the action \"{quoted}\" led to a lower return than \"{best}\" "
                 "from this state in the same task.")
 
 

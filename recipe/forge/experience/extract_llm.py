@@ -17,13 +17,14 @@ from typing import Any, Callable, Sequence
 
 from agent_system.environments.projection import valid_unicode
 from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
-from recipe.forge.experience.extract_rule import shorten
+from recipe.forge.experience.bounds import cut, shorten
 from recipe.forge.experience.library import GOLDEN, LEVELS, WARNING, Candidate
 
 LLM = Callable[[str], str]
 MAX_TEXT_CHARS = 600
 MAX_STEPS_SHOWN = 30
 MAX_ACTIONS_SHOWN = 10  # a state's admissible actions are listed when there are at most this many
+MAX_TASK_SHOWN = 500  # characters of the task (and 80 of the task type) a prompt quotes
 
 STRATEGY_PROMPT = """You are analysing a SUCCESSFUL episode of an agent to extract reusable strategies.
 Task: {task}
@@ -125,7 +126,7 @@ class LLMExtractor:
         return out
 
     def _one(self, traj: TrajectoryRecord, zone: str, template: str, score: float) -> list[Candidate]:
-        prompt = template.format(task=traj.task, task_type=traj.task_type or "unknown",
+        prompt = template.format(task=cut(traj.task, MAX_TASK_SHOWN), task_type=cut(traj.task_type or "unknown", 80),
                                  reward=f"{traj.episode_reward:g}", steps=format_steps(traj))
         self.stats["llm_calls"] += 1
         try:

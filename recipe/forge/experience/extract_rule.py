@@ -27,6 +27,9 @@ the answer format the policy used (``At "<obs>", answer with <action><a></action
 do, and what to try instead where the state lists few actions). The facts are the same.
 
 Each candidate carries the task, task type, source observation and observation clusters it came from.
+Every action, observation, task and verb a lesson quotes goes through :func:`bounds.shorten` (a state
+``bounds.MAX_QUOTE`` = 160 characters, an action :data:`MAX_ACTION` = 80, a task 100 or 120, a verb
+:data:`MAX_VERB` = 40), so a lesson's length does not grow with what it quotes.
 
 Advice (``Candidate.advice``, kept beside the text, never rendered: what lesson_quality.py checks against the
 environment's expert). A lesson that names an action for its state carries the state (the source step's anchor
@@ -52,23 +55,15 @@ from collections import Counter
 from typing import Sequence
 
 from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
+from recipe.forge.experience.bounds import one_line, shorten
 from recipe.forge.experience.library import GOLDEN, WARNING, Advice, Candidate
 from recipe.forge.experience.render import check_lesson_style
 
 MAX_PLAN_ACTIONS = 12
-MAX_QUOTE = 160
 MAX_UNTRIED = 3  # a warning names actions (the untried ones of a state, or the admissible ones) only up to this many
-
-
-def one_line(text: str) -> str:
-    """``text`` with every run of whitespace made one space, trimmed."""
-    return " ".join(text.split())
-
-
-def shorten(text: str, limit: int = MAX_QUOTE) -> str:
-    """``text`` on one line, cut to ``limit`` characters with an ellipsis."""
-    flat = one_line(text)
-    return flat if len(flat) <= limit else flat[: limit - 3].rstrip() + "..."
+MAX_ACTION = 80  # a quoted action (bounds.shorten), in quotes or in the answer format
+MAX_VERB = 40  # a quoted verb (an action's first word) in a plan shape
+MAX_TAG = 32  # an answer tag longer than this is no answer format (the action is quoted instead)
 
 
 def _collapse(items: Sequence[str]) -> list[str]:
@@ -79,12 +74,17 @@ def _collapse(items: Sequence[str]) -> list[str]:
     return out
 
 
+def _verb(action: str) -> str:
+    """The first word of a (non-blank) ``action``, lower-cased and quoted within :data:`MAX_VERB` characters."""
+    return shorten(action.split(maxsplit=1)[0].lower(), MAX_VERB)
+
+
 def _verbs(steps: Sequence[StepRecord]) -> list[str]:
-    return _collapse([s.action.split()[0].lower() for s in steps if s.is_action_valid and s.action.strip()])
+    return _collapse([_verb(s.action) for s in steps if s.is_action_valid and s.action.strip()])
 
 
 def _plan(steps: Sequence[StepRecord]) -> str:
-    actions = _collapse([one_line(s.action) for s in steps if s.action.strip()])
+    actions = _collapse([shorten(s.action, MAX_ACTION) for s in steps if s.action.strip()])
     if len(actions) > MAX_PLAN_ACTIONS:
         head, tail = MAX_PLAN_ACTIONS // 2, MAX_PLAN_ACTIONS - MAX_PLAN_ACTIONS // 2 - 1
         actions = actions[:head] + [f"... ({len(actions) - head - tail} more)"] + actions[-tail:]
@@ -95,7 +95,8 @@ def answer_tag(step: StepRecord) -> str | None:
     """The tag the step's response held its action in, as the environment parsed it (``action`` for
     ``<action>+</action>``), or None when the response held the action in no tag."""
     action = step.action.strip()
-    found = re.search(r"<(\w+)>\s*" + re.escape(action) + r"\s*</\1>", step.response_text or "") if action else None
+    found = (re.search(rf"<(\w{{1,{MAX_TAG}}})>\s*" + re.escape(action) + r"\s*</\1>", step.response_text or "")
+             if action else None)
     return found.group(1) if found else None
 
 
@@ -103,8 +104,8 @@ def answer_form(step: StepRecord, action: str | None = None, tag: str | None = N
     """``action`` (default: the step's own) in the answer format: in ``tag`` (default: the tag the step's
     response used, ``<action>+</action>``), else in quotes. A small model copies an answer it is shown in its
     own answer format far more readily than a quoted word (scripts/probe_experience_use.py)."""
-    tag, text = tag or answer_tag(step), one_line(step.action if action is None else action)
-    return f"<{tag}>{text}</{tag}>" if tag and text else f"the action \"{shorten(text, 80)}\""
+    tag, text = tag or answer_tag(step), shorten(step.action if action is None else action, MAX_ACTION)
+    return f"<{tag}>{text}</{tag}>" if tag and text else f"the action \"{text}\""
 
 
 def untried_actions(steps: Sequence[StepRecord], at: StepRecord) -> list[str]:
@@ -121,7 +122,7 @@ def _steps(n: int) -> str:
 
 
 def _kind(traj: TrajectoryRecord) -> str:
-    return f"{traj.task_type} tasks" if traj.task_type else "tasks like this"
+    return f"{shorten(traj.task_type, MAX_ACTION)} tasks" if traj.task_type else "tasks like this"
 
 
 def example_lesson(step: StepRecord, action: str, tag: str | None, imperative: bool) -> str:
@@ -130,7 +131,7 @@ def example_lesson(step: StepRecord, action: str, tag: str | None, imperative: b
     state = shorten(step.anchor_obs)
     if imperative:
         return f"At \"{state}\", answer with {answer_form(step, action, tag)}."
-    return f"At \"{state}\", the action \"{shorten(action, 80)}\" moved the task forward."
+    return f"At \"{state}\", the action \"{shorten(action, MAX_ACTION)}\" moved the task forward."
 
 
 def advice_at(step: StepRecord, do: Sequence[str] = (), avoid: Sequence[str] = ()) -> Advice:
@@ -228,7 +229,7 @@ class RuleExtractor:
             choices = (" (" + " or ".join(f'"{shorten(a, 40)}"' for a in listed) + ")"
                        if 0 < len(listed) <= MAX_UNTRIED else "")
             return f"Answer with exactly one admissible action{choices} in the required format.", first
-        sample = shorten(first.response_text or first.action, 80)
+        sample = shorten(first.response_text or first.action, MAX_ACTION)
         return (f"{len(invalid)} of {len(steps)} actions were invalid (e.g. \"{sample}\"): answer with one "
                 "admissible action in the required format."), first
 
@@ -244,7 +245,7 @@ class RuleExtractor:
         repeated, times = counts.most_common(1)[0] if counts else ("", 0)
         loop_step = next((s for s in counted if one_line(s.action) == repeated), steps[0])
         if times >= 2:
-            quoted = shorten(repeated, 80)
+            quoted = shorten(repeated, MAX_ACTION)
             if not self.imperative:
                 return (f"Repeating \"{quoted}\" ({times} times in {len(steps)} steps) made no progress: after one "
                         "try, choose a different action."), loop_step, None
@@ -256,7 +257,7 @@ class RuleExtractor:
                     f"with {_one_of(steps, untried)} instead."), loop_step, advice_at(loop_step, untried, (repeated,))
         if not actions:
             return (None if self.imperative else f"None of {len(steps)} answers was an admissible action."), loop_step, None
-        verb, n = Counter(a.split()[0].lower() for a in actions).most_common(1)[0]
+        verb, n = Counter(map(_verb, actions)).most_common(1)[0]
         return (f"Do not spend most steps on \"{verb}\" actions: that did not reach the goal."
                 if self.imperative else
                 f"Spending {n} of {len(steps)} steps on \"{verb}\" actions did not reach the goal."), loop_step, None
@@ -267,7 +268,7 @@ class RuleExtractor:
         failed one as a prohibition: a prohibition puts the failed action next to the answer (the probe measures
         both)."""
         steps, last = traj.steps, traj.steps[-1]
-        task, action, state = shorten(traj.task, 100), shorten(last.action, 80), shorten(last.anchor_obs)
+        task, action, state = shorten(traj.task, 100), shorten(last.action, MAX_ACTION), shorten(last.anchor_obs)
         failed = _avoided(last)
         prohibition = advice_at(last, avoid=failed) if failed else None
         if not self.imperative:
@@ -289,4 +290,5 @@ def _one_of(steps: Sequence[StepRecord], actions: Sequence[str]) -> str:
     tag = next((t for t in map(answer_tag, steps) if t), None)
     if len(actions) == 1:
         return answer_form(steps[0], actions[0], tag)
-    return "one of " + ", ".join(f"<{tag}>{a}</{tag}>" if tag else f"\"{shorten(a, 80)}\"" for a in actions)
+    quoted = [shorten(a, MAX_ACTION) for a in actions]
+    return "one of " + ", ".join(f"<{tag}>{a}</{tag}>" if tag else f"\"{a}\"" for a in quoted)

@@ -5,6 +5,13 @@ threshold`` (ties: the older cluster); otherwise it founds a new cluster with it
 :func:`recipe.forge.experience.similarity.sequence_similarity`; candidate prototypes come from the sub-linear
 :class:`NearDuplicateIndex`. In exact mode (``exact=True``) clusters are identical anchors, GiGPO's grouping.
 
+Observations are compared, and prototypes stored, as their :func:`~recipe.forge.experience.bounds.bounded_key`
+of at most ``max_key_chars`` characters: an observation that short (every environment's: a few KB) is its own
+key and clusters exactly as by the raw text; a longer one is its start plus its length and a digest of the
+whole, so one step's clustering work and a prototype's size are bounded whatever the observation's size. In
+exact mode two long observations share a cluster when their keys are equal, i.e. when they are equal (up to a
+128-bit digest collision).
+
 Cluster ids are never reused (an evicted cluster's id stays retired), so an id is a stable advantage-group key
 across iterations. When the number of clusters exceeds ``max_clusters`` the least used cluster (fewest
 assignments, then least recently used, then oldest) is evicted; ``on_evict`` callbacks let the library drop
@@ -20,13 +27,14 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from recipe.forge.experience.bounds import MAX_KEY_CHARS, MIN_KEY_CHARS, bounded_key
 from recipe.forge.experience.similarity import LSHParams, NearDuplicateIndex
 
 
 @dataclass
 class Cluster:
     cluster_id: int
-    prototype: str
+    prototype: str  # the bounded key of the observation that founded it
     uses: int  # observations assigned to it so far
     created_iter: int
     last_used_iter: int
@@ -39,11 +47,15 @@ class ObservationIndex:
         max_clusters: int = 100_000,
         exact: bool = False,
         lsh: LSHParams | None = None,
+        max_key_chars: int = MAX_KEY_CHARS,
     ):
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold={threshold} must be in [0, 1]")
         if max_clusters < 1:
             raise ValueError(f"max_clusters={max_clusters} must be >= 1")
+        if max_key_chars < MIN_KEY_CHARS:
+            raise ValueError(f"max_key_chars={max_key_chars} must be >= {MIN_KEY_CHARS}")
+        self.max_key_chars = int(max_key_chars)
         self.threshold = 1.0 if exact else float(threshold)
         self.max_clusters = int(max_clusters)
         self.exact = bool(exact)
@@ -63,16 +75,22 @@ class ObservationIndex:
     def prototype(self, cluster_id: int) -> str:
         return self.clusters[cluster_id].prototype
 
+    def key(self, obs: str) -> str:
+        """What the index compares and stores for ``obs``: its bounded key (the module docstring)."""
+        return bounded_key(obs, self.max_key_chars)
+
     def match(self, obs: str) -> tuple[int, float] | None:
         """(cluster id, similarity) of the cluster ``obs`` would join, without changing anything."""
-        return self._search.best(obs, self.threshold)
+        return self._search.best(self.key(obs), self.threshold)
 
     def similar_clusters(self, obs: str, threshold: float, limit: int | None = None) -> list[tuple[int, float]]:
-        """Clusters whose prototype has ``sim >= threshold`` with ``obs``, best first (read-only)."""
-        return self._search.search(obs, threshold, limit)
+        """Clusters whose prototype has ``sim >= threshold`` with ``obs``'s key, best first (read-only)."""
+        return self._search.search(self.key(obs), threshold, limit)
 
     def assign(self, obs: str, iteration: int) -> int:
-        """Cluster id of ``obs``, founding a cluster when none is similar enough; counts the use."""
+        """Cluster id of ``obs``, founding a cluster (its key the prototype) when none is similar enough; counts
+        the use."""
+        obs = self.key(obs)
         hit = self._search.best(obs, self.threshold)
         if hit is None:
             cluster = Cluster(self.next_id, obs, 0, iteration, iteration)
@@ -166,16 +184,19 @@ class ObservationIndex:
 
     @classmethod
     def from_state(cls, state: dict[str, Any], lsh: LSHParams | None = None,
-                   search_blob: list | None = None, max_clusters: int | None = None) -> "ObservationIndex":
+                   search_blob: list | None = None, max_clusters: int | None = None,
+                   max_key_chars: int = MAX_KEY_CHARS) -> "ObservationIndex":
         """The index saved by ``state_dict``. ``search_blob`` (from ``search_blob()`` of the saved index) is used
         when it was built with the same LSH parameters and mode, else the search is rebuilt from the prototypes.
-        ``max_clusters``, when given, replaces the saved cap (it applies from the next new cluster on)."""
+        ``max_clusters``, when given, replaces the saved cap (it applies from the next new cluster on). Saved
+        prototypes longer than ``max_key_chars`` (a file written before the size limits) become their keys."""
         cap = max_clusters if max_clusters is not None else state["max_clusters"]
-        index = cls(state["threshold"], cap, state["exact"], lsh)
+        index = cls(state["threshold"], cap, state["exact"], lsh, max_key_chars)
         index.next_id = int(state["next_id"])
         index.evicted = int(state["evicted"])
         for raw in state["clusters"]:
             cluster = Cluster(**raw)
+            cluster.prototype = index.key(cluster.prototype)
             index.clusters[cluster.cluster_id] = cluster
         search = cls._search_from_blob(search_blob) if search_blob is not None else None
         if search is not None and (search.params, search.exact_only) == (index._search.params, index.exact):

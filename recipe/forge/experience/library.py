@@ -16,16 +16,23 @@ Rules (SLEA-RL paper):
 Similarity between entry texts is :func:`sequence_similarity`, or the cosine of sentence embeddings when an
 embedder is given. Entries also remember the observation (``key``) and task they were drawn from and the
 observation clusters they are linked to; retrieval searches those.
+
+Size limits (bounds.py), applied to every candidate before admission and to every entry a checkpoint holds: the
+text is cut to ``max_lesson_chars`` characters; the key, task, task type and the advice's state and actions are
+:func:`bounded_key` s of at most ``max_key_chars`` characters (texts that short are kept as they are), and the
+key and task searches compare a query's bounded key.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 from rapidfuzz import fuzz, process
 
+from recipe.forge.experience.bounds import MAX_KEY_CHARS, MAX_LESSON_CHARS, bounded_key, cut
 from recipe.forge.experience.similarity import LSHParams, NearDuplicateIndex
 
 GOLDEN = "golden"
@@ -58,6 +65,12 @@ class Advice:
     do: tuple[str, ...] = ()
     avoid: tuple[str, ...] = ()
     expert: str | None = None
+
+    def bounded(self, max_chars: int) -> "Advice":
+        """This advice with its state and actions made :func:`bounded_key` s of at most ``max_chars`` characters."""
+        return Advice(bounded_key(self.state, max_chars), tuple(bounded_key(a, max_chars) for a in self.do),
+                      tuple(bounded_key(a, max_chars) for a in self.avoid),
+                      None if self.expert is None else bounded_key(self.expert, max_chars))
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data (lists, as JSON reads them back), read by :meth:`from_dict`."""
@@ -111,6 +124,20 @@ class ExperienceEntry:
         return (self.score, self.support, self.updated_iter, -self.entry_id)
 
 
+def within_bounds(item: Any, max_key_chars: int, max_lesson_chars: int) -> Any:
+    """A copy of ``item`` (a Candidate or an ExperienceEntry) within the size limits: text cut to
+    ``max_lesson_chars``, key, task, task type and advice made bounded keys of ``max_key_chars``; ``item`` itself
+    when it is within them already."""
+    bounded = dict(
+        text=cut(item.text, max_lesson_chars), key=bounded_key(item.key, max_key_chars),
+        task=bounded_key(item.task, max_key_chars),
+        task_type=None if item.task_type is None else bounded_key(item.task_type, max_key_chars),
+        advice=None if item.advice is None else item.advice.bounded(max_key_chars))
+    if all(value == getattr(item, name) for name, value in bounded.items()):
+        return item
+    return dataclasses.replace(item, **bounded)
+
+
 def admission_key(candidate: Candidate, iteration: int) -> tuple:
     """A candidate's (score, support, recency) at ``iteration``, comparable with ``ExperienceEntry.rank_key()[:3]``."""
     return (float(candidate.score), int(candidate.support), int(iteration))
@@ -124,9 +151,13 @@ class ExperienceLibrary:
         novelty_threshold: float = 0.85,
         embed: Embed | None = None,
         lsh: LSHParams | None = None,
+        max_key_chars: int = MAX_KEY_CHARS,
+        max_lesson_chars: int = MAX_LESSON_CHARS,
     ):
         if golden_capacity < 0 or warning_capacity < 0:
             raise ValueError(f"capacities must be >= 0, got golden={golden_capacity} warning={warning_capacity}")
+        self.max_key_chars = int(max_key_chars)
+        self.max_lesson_chars = int(max_lesson_chars)
         self.capacity = {GOLDEN: int(golden_capacity), WARNING: int(warning_capacity)}
         self.novelty_threshold = float(novelty_threshold)
         self.embed = embed
@@ -155,7 +186,9 @@ class ExperienceLibrary:
     # admission -----------------------------------------------------------------------------------------------
 
     def admit(self, candidate: Candidate, iteration: int) -> tuple[str, int | None]:
-        """Apply novelty merge and score-based admission. Returns ("merged" | "added" | "rejected", entry id)."""
+        """Apply novelty merge and score-based admission to ``candidate`` within the size limits (the module
+        docstring). Returns ("merged" | "added" | "rejected", entry id)."""
+        candidate = within_bounds(candidate, self.max_key_chars, self.max_lesson_chars)
         capacity = self.capacity[candidate.zone]
         if capacity == 0:
             return "rejected", None
@@ -181,7 +214,7 @@ class ExperienceLibrary:
     def insert_unchecked(self, candidates: Iterable[Candidate], iteration: int) -> list[int]:
         """Insert without the novelty check or admission (imports, benchmarks); capacity is enforced by ``prune``
         afterwards. Returns the new ids."""
-        ids = [self._insert(c, iteration) for c in candidates]
+        ids = [self._insert(within_bounds(c, self.max_key_chars, self.max_lesson_chars), iteration) for c in candidates]
         self.prune()
         return ids
 
@@ -274,17 +307,21 @@ class ExperienceLibrary:
         linked = (self.entries[i] for i in self.by_cluster.get(cluster_id, ()))
         return sorted((e for e in linked if e.zone == zone), key=ExperienceEntry.rank_key, reverse=True)[:k]
 
+    def key(self, text: str) -> str:
+        """What the key and task searches compare for ``text``: its :func:`bounded_key`."""
+        return bounded_key(text, self.max_key_chars)
+
     def search_keys(self, obs: str, threshold: float) -> list[tuple[ExperienceEntry, float]]:
-        """Entries whose source observation has ``sim >= threshold`` with ``obs``, most similar first."""
-        return [(self.entries[i], s) for i, s in self._keys.search(obs, threshold)]
+        """Entries whose source observation has ``sim >= threshold`` with ``obs`` (bounded keys), most similar first."""
+        return [(self.entries[i], s) for i, s in self._keys.search(self.key(obs), threshold)]
 
     def search_tasks(self, task: str, threshold: float) -> list[tuple[ExperienceEntry, float]]:
-        """Entries whose source task has ``sim >= threshold`` with ``task``, most similar first."""
+        """Entries whose source task has ``sim >= threshold`` with ``task`` (bounded keys), most similar first."""
         if self._tasks is None:
             self._tasks = NearDuplicateIndex(self.lsh)
             for entry in self.entries.values():
                 self._tasks.add(entry.entry_id, entry.task)
-        return [(self.entries[i], s) for i, s in self._tasks.search(task, threshold)]
+        return [(self.entries[i], s) for i, s in self._tasks.search(self.key(task), threshold)]
 
     def all_entries(self) -> Iterable[ExperienceEntry]:
         return self.entries.values()
@@ -305,18 +342,23 @@ class ExperienceLibrary:
     def from_state(
         cls, state: dict[str, Any], embed: Embed | None = None, lsh: LSHParams | None = None,
         capacity: tuple[int, int] | None = None, novelty_threshold: float | None = None,
+        max_key_chars: int = MAX_KEY_CHARS, max_lesson_chars: int = MAX_LESSON_CHARS,
     ) -> "ExperienceLibrary":
         """The library saved by ``state_dict``; ``capacity`` (golden, warning) and ``novelty_threshold``, when
-        given, replace the saved ones (a smaller capacity drops the lowest-ranked entries of a full level)."""
+        given, replace the saved ones (a smaller capacity drops the lowest-ranked entries of a full level). The
+        size limits apply to the saved entries too (a file written before them may hold longer texts)."""
         golden, warning = capacity if capacity is not None else (state["golden_capacity"], state["warning_capacity"])
         novelty = novelty_threshold if novelty_threshold is not None else state["novelty_threshold"]
-        library = cls(golden, warning, novelty, embed, lsh)
+        library = cls(golden, warning, novelty, embed, lsh, max_key_chars, max_lesson_chars)
         library.next_id = int(state["next_id"])
-        if embed is not None:  # one batched call fills the embedder's cache for the per-entry lookups below
-            embed([raw["text"] for raw in state["entries"]])
+        entries = []
         for raw in state["entries"]:
-            advice = raw.get("advice")
-            library._store(ExperienceEntry(**{**raw, "cluster_ids": list(raw["cluster_ids"]),
-                                              "advice": None if advice is None else Advice.from_dict(advice)}))
+            advice = None if raw.get("advice") is None else Advice.from_dict(raw["advice"])
+            entry = ExperienceEntry(**{**raw, "cluster_ids": list(raw["cluster_ids"]), "advice": advice})
+            entries.append(within_bounds(entry, library.max_key_chars, library.max_lesson_chars))
+        if embed is not None:  # one batched call fills the embedder's cache for the per-entry lookups below
+            embed([entry.text for entry in entries])
+        for entry in entries:
+            library._store(entry)
         library.prune()
         return library

@@ -17,9 +17,12 @@ The marks are words, never symbols: an environment's actions can be symbols (Num
 ``-``), and a mark that is an action would put that action into every prompt, whatever the lesson says.
 
 The token count is the policy tokenizer's (``len(tokenizer.encode(text, add_special_tokens=False))``); without
-a tokenizer, whitespace-separated words stand in for tokens. Entries are added best first while they fit; the
-first entry that does not fit is cut at the remaining token budget and rendering stops, so the result never
-exceeds ``max_tokens``.
+a tokenizer (the prompt-only engine), whitespace-separated words stand in for tokens, a word longer than
+:data:`WORD_CHARS` characters counting one token per started :data:`WORD_CHARS` characters (so that one long
+word, a 100,000-character answer quoted in a lesson, cannot pass as one token): a text of ``n`` stand-in tokens
+has at most ``n * (WORD_CHARS + 1)`` characters. Entries are added best first while they fit; the first entry
+that does not fit is cut at the remaining token budget and rendering stops, so the result never exceeds
+``max_tokens``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any, Sequence
 from recipe.forge.experience.library import GOLDEN, ExperienceEntry
 
 STYLES = ("compact", "verbose")
+WORD_CHARS = 16  # without a tokenizer, a word counts one token per started WORD_CHARS characters
 LESSON_STYLES = ("descriptive", "imperative")
 HEADER = {
     ("compact", "descriptive"): "Lessons from past episodes:",
@@ -49,6 +53,11 @@ def check_lesson_style(style: str) -> str:
     return style
 
 
+def _word_tokens(word: str) -> int:
+    """Stand-in tokens of one whitespace-free ``word``: one per started :data:`WORD_CHARS` characters."""
+    return -(-len(word) // WORD_CHARS)
+
+
 class ExperienceRenderer:
     def __init__(self, max_tokens: int, style: str = "compact", tokenizer: Any | None = None,
                  lesson_style: str = "descriptive"):
@@ -62,16 +71,28 @@ class ExperienceRenderer:
         self.tokenizer = tokenizer
 
     def count(self, text: str) -> int:
+        """``text``'s length in tokens: the tokenizer's, or the stand-in's (the module docstring)."""
         if self.tokenizer is None:
-            return len(text.split())
+            return sum(map(_word_tokens, text.split()))
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
     def truncate(self, text: str, budget: int) -> str:
-        """The longest prefix of ``text`` of at most ``budget`` tokens (whole tokens / words)."""
+        """The longest prefix of ``text`` of at most ``budget`` tokens (whole tokens; without a tokenizer, whole
+        words, and of the first word that does not fit its first stand-in tokens, joined by single spaces)."""
         if budget <= 0:
             return ""
         if self.tokenizer is None:
-            return " ".join(text.split()[:budget])
+            words: list[str] = []
+            for word in text.split():
+                size = _word_tokens(word)
+                if size > budget:
+                    words.append(word[: budget * WORD_CHARS])
+                    break
+                words.append(word)
+                budget -= size
+                if budget == 0:
+                    break
+            return " ".join(w for w in words if w)
         ids = self.tokenizer.encode(text, add_special_tokens=False)[:budget]
         cut = self.tokenizer.decode(ids, skip_special_tokens=True)
         while ids and self.count(cut) > budget:  # a decode/encode round trip can merge differently

@@ -14,7 +14,8 @@ Modes (``retrieval_mode``), each returning at most ``top_k_golden`` golden and `
 * ``hybrid``: ``observation`` results, topped up with ``task`` results when a zone has fewer than its top-k.
 
 Similarity is :func:`sequence_similarity` through the library's sub-linear indexes, or, with an embedder, the
-cosine between sentence embeddings (a dense scan over the library, which capacity bounds).
+cosine between sentence embeddings (a dense scan over the library, which capacity bounds). Either compares the
+bounded keys of the observation and task (``ExperienceLibrary.key``, bounds.py), as the entries store them.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ class Retriever:
         self.dense = EmbeddingSearch(embed) if embed is not None else None
 
     def retrieve(self, obs: str, task: str, cluster_id: int | None) -> Retrieved:
+        obs, task = self.library.key(obs), self.library.key(task)
         if self.mode == "task":
             return Retrieved(self._join(self._by_similarity(task, "task")), False)
         linked = self._from_cluster(cluster_id)

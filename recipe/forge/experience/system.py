@@ -107,9 +107,9 @@ class ExperienceSystem:
         self.embedder = embedder if c.use_embeddings else None
         self.lsh = lsh
         self.library = ExperienceLibrary(c.golden_capacity_per_level, c.warning_capacity_per_level,
-                                         c.novelty_threshold, self.embedder, lsh)
+                                         c.novelty_threshold, self.embedder, lsh, c.max_key_chars, c.max_lesson_chars)
         self.index = ObservationIndex(c.obs_similarity_threshold, c.max_clusters, exact=not c.enable_clustering,
-                                      lsh=lsh)
+                                      lsh=lsh, max_key_chars=c.max_key_chars)
         self.index.on_evict.append(self.library.unlink_cluster)
         self.renderer = ExperienceRenderer(c.max_experience_length, c.experience_style, tokenizer, c.lesson_style)
         self.injection = check_injection(c.injection)
@@ -285,11 +285,13 @@ class ExperienceSystem:
         counters = payload["counters"]  # names and values checked by validate_payload
         totals, extractor = counters.get("totals", {}), counters.get("extractor", {})
         stats = RetrievalStats(**{k: int(v) for k, v in counters.get("retrieval", {}).items()})
-        # the configured capacities, novelty threshold and cluster cap apply over the saved ones
+        # the configured capacities, novelty threshold, cluster cap and size limits apply over the saved ones
         library = ExperienceLibrary.from_state(payload["library"], self.embedder, self.lsh,
                                                capacity=(c.golden_capacity_per_level, c.warning_capacity_per_level),
-                                               novelty_threshold=c.novelty_threshold)
-        index = ObservationIndex.from_state(payload["index"], self.lsh, index_search, max_clusters=c.max_clusters)
+                                               novelty_threshold=c.novelty_threshold, max_key_chars=c.max_key_chars,
+                                               max_lesson_chars=c.max_lesson_chars)
+        index = ObservationIndex.from_state(payload["index"], self.lsh, index_search, max_clusters=c.max_clusters,
+                                            max_key_chars=c.max_key_chars)
         index.on_evict.append(library.unlink_cluster)
 
         self.library, self.index, self.retriever.library = library, index, library
