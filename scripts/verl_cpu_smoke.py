@@ -3,9 +3,9 @@
 Runs ``python -m recipe.forge.main_forge trainer.engine=verl trainer.device=cpu`` (the user's entry point) on
 Gym Cards NumberLine with a tiny Llama (SmolLM2's tokenizer, weights set so that it answers in the action format
 part of the time) or SmolLM2-135M-Instruct itself (``--model smollm2``), the library's gates open from iteration 1,
-and reads verl's metrics file. Prints a table, or one JSON line with ``--json``:
+and reads the run's metrics.jsonl. Prints a table, or one JSON line with ``--json``:
 
-  iterations, estimator, grad_norm (last iteration), grad_norms and advantage_abs_max (per iteration: an
+  iterations and steps (the iterations metrics.jsonl holds: after a resume, those before it too), estimator, grad_norm (last iteration), grad_norms and advantage_abs_max (per iteration: an
   iteration whose advantages are all zero has no gradient), experiences_per_step (mean over iteration 2),
   rollout_actor_logprob_diff_max (max |rollout server log-prob - actor log-prob| over the same tokens),
   success_rate and valid_action_ratio per iteration, seconds per iteration, wall_s, and the last validation's
@@ -27,6 +27,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from recipe.forge.engines.local.tracking import read_metrics  # noqa: E402  (both engines write one format)
+
 VALIDATION_FIGURES = ("success_rate", "num_trajectories", "lessons_checkable")
 
 
@@ -57,16 +61,6 @@ def run_overrides(args: argparse.Namespace, model_path: str, out: Path) -> list[
     return overrides + list(args.overrides)
 
 
-def read_metrics(path: Path) -> list[dict]:
-    """verl's file logger: one {"step": n, "data": {...}} line per iteration (the last write of a step wins)."""
-    by_step: dict[int, dict] = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            record = json.loads(line)
-            by_step[int(record["step"])] = record["data"]
-    return [by_step[step] for step in sorted(by_step)]
-
-
 def advantage_abs_max(metrics: dict) -> float | None:
     """The largest |advantage| over an iteration's response tokens, from verl's critic/advantages/{max,min}."""
     extremes = [metrics[key] for key in ("critic/advantages/max", "critic/advantages/min") if key in metrics]
@@ -79,7 +73,8 @@ def summarise(history: list[dict], estimator: str, wall_s: float) -> dict:
     gaps = [h["forge/rollout_actor_logprob_diff_max"] for h in history if "forge/rollout_actor_logprob_diff_max" in h]
     return {
         "iterations": len(history),
-        "first_step": int(history[0]["training/global_step"]) if history else None,
+        "steps": [int(h["iteration"]) for h in history],
+        "first_step": int(history[0]["iteration"]) if history else None,
         "estimator": estimator,
         "grad_norm": last.get("actor/grad_norm"),
         "grad_norms": [h.get("actor/grad_norm") for h in history],

@@ -14,7 +14,8 @@ They must give the same prompt and response tokens, admissible and expert action
 observation clusters (equal ids for clusters the library knew, the same partition for new ones), the same
 advantages (the local engine's ``compute_advantages`` against the verl trainer's ``compute_batch_advantages``),
 the same policy loss and gradient norm after one update from the same weights (verl's FSDP2 actor against the
-embedded engine's PolicyUpdater), the same library after evolution, the same validation figures and the same
+embedded engine's PolicyUpdater), the same library after evolution, the same validation figures (from the same
+steps, and from a validation of its own on each engine, with and without the library) and the same
 distillation rows (which steps, the student's prompt tokens). The library goes in the system message (the default placement) here and after the
 observation (``user_suffix``, the main job's choice) in the prompt-length test, whose prompts are compared too.
 """
@@ -40,6 +41,7 @@ OVERRIDES = [
     "algorithm.forge.min_library_size=0", "algorithm.forge.extractor=rule", "algorithm.forge.lesson_style=imperative",
     "algorithm.forge.use_distillation=true", "algorithm.forge.divergence_type=reverse_kl",
     "actor_rollout_ref.rollout.temperature=1.0", "actor_rollout_ref.rollout.response_length=12",
+    "actor_rollout_ref.rollout.val_kwargs.temperature=0.0", "actor_rollout_ref.rollout.val_kwargs.n=2",
     "data.max_response_length=12", "data.max_prompt_length=1024", "actor_rollout_ref.rollout.prompt_length=1024",
     # verl's actor worker cuts a batch into micro-batches that must divide it; its trainer pads the rows to that
     # multiple, this test's rows are as the rollout left them
@@ -176,9 +178,33 @@ def verl_update(cfg, meta, advantages: torch.Tensor) -> dict:
     return reduce_metrics(rename_dict(output["metrics"], "actor/"))
 
 
-def verl_first_iteration(state, snapshot, verl_rollout, cfg, update: bool = False):
-    """verl's rollout of SEEDS from ``snapshot`` under ``cfg`` (its rollout temperature), its advantages, and with
-    ``update`` the metrics of one update of verl's actor on them (:func:`verl_update`)."""
+def verl_validation(cfg, manager, tokenizer, verl_rollout, library_dir) -> dict[str, float]:
+    """The forge trainer's validation (ForgeSteps.validate, which ForgeTrainer._validate runs around verl's own
+    ``_validate``) on the stack of ``manager``, the driver's library loaded from ``library_dir``: each pass submits
+    the held-out tasks as verl's ``_validate`` does (the ``val`` partition, ``validate`` set, ``val_kwargs.n``
+    copies) and samples them through the ValidationRowTap the trainer wraps verl's replay buffer in."""
+    from verl.trainer.ppo.utils import create_rl_dataset
+
+    from recipe.forge.engines.verl.forge_steps import ForgeSteps
+    from recipe.forge.engines.verl.validation_dump import ValidationRowTap
+
+    forge = ForgeSteps(cfg)
+    forge.library.system.load(library_dir)
+    dataset = create_rl_dataset(cfg.data.val_files, cfg.data, tokenizer, None, is_train=False)
+    rows = [dataset[i] for i in range(len(dataset))]
+
+    def run_pass() -> dict[str, float]:
+        verl_rollout.submit_tasks(manager, rows, global_steps=1, validate=True,
+                                  wrap=lambda buffer: ValidationRowTap(buffer, forge.keep_validation_batch))
+        return {}
+
+    return forge.validate(0, 1, run_pass)
+
+
+def verl_first_iteration(state, snapshot, verl_rollout, cfg, update: bool = False, validate_with=None):
+    """verl's rollout of SEEDS from ``snapshot`` under ``cfg`` (its rollout temperature), its advantages, with
+    ``update`` the metrics of one update of verl's actor on them (:func:`verl_update`), and with ``validate_with``
+    (a saved library folder) the validation figures from that library (:func:`verl_validation`)."""
     import ray
     import transfer_queue as tq
     from tensordict import TensorDict
@@ -212,6 +238,8 @@ def verl_first_iteration(state, snapshot, verl_rollout, cfg, update: bool = Fals
         prompts = [p.tolist() for p in data["prompts"].unbind()]
         responses = [r.tolist() for r in data["responses"].unbind()]
         update_metrics = verl_update(cfg, meta, computed["advantages"]) if update else None
+        validation = (verl_validation(cfg, manager, tokenizer, verl_rollout, validate_with)
+                      if validate_with is not None else None)
     keep = np.flatnonzero(real)
     trajectories = defaultdict(lambda: defaultdict(list))  # seed -> traj_uid -> rows
     for i in keep:
@@ -229,6 +257,7 @@ def verl_first_iteration(state, snapshot, verl_rollout, cfg, update: bool = Fals
         "student": [extra[i].get("student_prompt_ids") for i in keep],
         "rows": [extra[i] for i in keep],
         "update": update_metrics,
+        "validation": validation,
         # per task seed, its copies' steps in order (copies by trajectory uid): what the embedded engine replays
         "script": {seed: [sorted(steps, key=lambda row: row["step"]) for _, steps in sorted(copies.items())]
                    for seed, copies in trajectories.items()},
@@ -292,6 +321,25 @@ def local_first_iteration(state, snapshot, cfg, script: dict | None = None):
     }
 
 
+def local_validation(state, cfg, system) -> dict[str, float]:
+    """The embedded trainer's validation (LocalTrainer.validate: validation_metrics over its validation
+    environments, ``val_kwargs.n`` copies of each held-out task, at the validation sampling) with ``system``."""
+    from agent_system.environments import make_envs
+    from agent_system.multi_turn_rollout.prompt_fit import PromptBudget
+    from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
+    from recipe.forge.engines.local.generation import HFGenerator
+    from recipe.forge.engines.local.validation import validation_metrics
+    from recipe.forge.run_config import load_run_config
+    from transformers import AutoModelForCausalLM
+
+    run = load_run_config(with_values(cfg, {"trainer.engine": "local"}))  # the embedded engine's sections
+    _, val_envs = make_envs(run, val_copies=run.rollout.val_copies)
+    model = AutoModelForCausalLM.from_pretrained(state["model_dir"], dtype=torch.float32)
+    hf = HFGenerator(model, state["tokenizer"])
+    collector = TrajectoryCollector(prompt_budget=PromptBudget(run.rollout.prompt_length, hf.prompt_length))
+    return validation_metrics(collector, val_envs, hf, run.rollout.sampling(True), system, state["tokenizer"])
+
+
 def local_update(state, cfg, batch, advantages: torch.Tensor) -> dict:
     """One update of the embedded engine's policy (PolicyUpdater, verl's actor config of ``cfg``) on ``batch`` from
     the model's initial weights: old log-probs recomputed, as verl does (and, for the KL loss, the reference's: the
@@ -344,9 +392,11 @@ def evolved_library(system, trajectories) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def verl_sampled(library_v1, verl_rollout):
-    """verl's first iteration from the library, sampled (the prompt length roomy: nothing is trimmed)."""
+    """verl's first iteration from the library, sampled (the prompt length roomy: nothing is trimmed), then a
+    validation from the same library."""
+    library_dir = library_v1["system"].save(library_v1["out"] / "library_v1")
     return verl_first_iteration(library_v1, library_v1["system"].snapshot(), verl_rollout, library_v1["cfg"],
-                                update=True)
+                                update=True, validate_with=library_dir)
 
 
 @pytest.fixture(scope="module")
@@ -419,6 +469,15 @@ def test_both_engines_give_the_same_first_iteration(library_v1, verl_sampled, lo
                for name, trajs in (("local", local["trajectories"]), ("verl", trajectories_from_rows(verl["rows"])))}
     assert figures["local"] == pytest.approx(figures["verl"])
     assert figures["local"]["val/num_trajectories"] == len(SEEDS) * G and "val/forge/lessons_checkable" in figures["local"]
+
+    # validation itself, greedy on both engines from the same library: the embedded trainer's validation_metrics and
+    # the forge trainer's passes through verl's validation submission give the same figures, with the library
+    # and without it, for the same held-out tasks and copies
+    local_val = local_validation(library_v1, library_v1["cfg"], library_v1["system"])
+    verl_val = verl["validation"]
+    assert sorted(local_val) == sorted(verl_val) and local_val == pytest.approx(verl_val)
+    assert local_val["val/num_trajectories"] == local_val["val_no_library/num_trajectories"] == 1 * 2
+    assert "val/forge/lessons_checkable" in local_val and "val_no_library/forge/lessons_checkable" not in local_val
 
 
 def test_both_engines_fit_long_prompts_by_one_rule(library_v1, local_replayed, verl_rollout):

@@ -61,6 +61,11 @@ def library_effect(metrics: dict[str, float]) -> str | None:
     return line
 
 
+def evaluation_dir(output_dir: str | Path, iteration: int) -> Path:
+    """Where a ``trainer.val_only`` pass of the checkpoint after ``iteration`` writes its metrics."""
+    return Path(output_dir) / "eval" / (f"global_step_{iteration}" if iteration else "initial")
+
+
 def evaluate_only(settings, iteration: int, validate: Callable[[], dict[str, float]],
                   config: dict | None = None) -> list[dict[str, float]]:
     """``trainer.val_only``: one validation pass of the restored checkpoint, logged on its own.
@@ -69,9 +74,8 @@ def evaluate_only(settings, iteration: int, validate: Callable[[], dict[str, flo
     checkpoint), never into the training run's metrics.jsonl. Returns the one logged entry."""
     from recipe.forge.engines.local.tracking import MetricsTracker
 
-    name = f"global_step_{iteration}" if iteration else "initial"
-    tracker = MetricsTracker(Path(settings.output_dir) / "eval" / name, settings.loggers, settings.project_name,
-                             f"{settings.experiment_name}_eval", config)
+    tracker = MetricsTracker(evaluation_dir(settings.output_dir, iteration), settings.loggers,
+                             settings.project_name, f"{settings.experiment_name}_eval", config)
     metrics = {"iteration": iteration, **validate()}
     tracker.log(iteration, metrics)
     tracker.close()

@@ -103,6 +103,21 @@ class ForgeSteps:
         """``val`` (with the library), then ``val_no_library`` when there is a library to leave out."""
         return (WITH_LIBRARY, WITHOUT_LIBRARY) if self.library.enabled else (WITH_LIBRARY,)
 
+    def validate(self, iteration: int, global_step: int, run_pass: Callable[[], dict[str, float]]) -> dict[str, float]:
+        """The validation rule after ``iteration``: each of :attr:`validation_passes` opened by
+        :meth:`begin_validation`, run by ``run_pass`` (verl's own ``_validate`` in ForgeTrainer: the held-out tasks,
+        ``val_kwargs.n`` copies each, sampled through the ValidationRowTap that feeds :meth:`keep_validation_batch`)
+        and reported by :meth:`end_validation`. What ``run_pass`` returns (verl's ``val-core/*``) is kept for the
+        pass with the library only: the second pass's would overwrite it."""
+        metrics: dict[str, float] = {}
+        for pass_name in self.validation_passes:
+            self.begin_validation(iteration, pass_name)
+            pass_metrics = run_pass()
+            if pass_name == WITH_LIBRARY:
+                metrics.update(pass_metrics)
+            metrics.update(self.end_validation(global_step, pass_name))
+        return metrics
+
     def begin_validation(self, iteration: int, pass_name: str = WITH_LIBRARY) -> None:
         """Publish what the pass runs with: for ``val`` the library as it is now, so validation after ``iteration``
         runs with the library evolved from it (the iteration's own publication predates that evolution), as on

@@ -11,9 +11,11 @@ recipe/forge/main_forge.py dispatches here. :func:`run_verl`
    (the G sessions of one prompt are the G environment copies of one task, so verl's uid is the task group);
 4. resolves ``trainer.device`` (``auto``: cuda when a CUDA device is visible or a Ray cluster is joined, else
    cpu) and, on the CPU, applies the CPU backend's settings (recipe/forge/engines/verl/cpu/settings.py);
-5. maps the loggers to verl's Tracking backends (``jsonl`` is verl's ``file`` backend, written to
-   ``<trainer.default_local_dir>/metrics.jsonl``);
-6. runs verl's own ``run_ppo`` with its V1 TaskRunner.
+5. hands the loggers other than ``jsonl`` to verl's Tracking; ``<trainer.default_local_dir>/metrics.jsonl`` is
+   written by the forge trainer itself, in the embedded engine's format and by its resume rules
+   (recipe/forge/engines/verl/metrics_file.py);
+6. starts the watchdog that ends the Ray processes of this driver if it is killed
+   (recipe/forge/engines/verl/reaper.py) and runs verl's own ``run_ppo`` with its V1 TaskRunner.
 """
 
 from __future__ import annotations
@@ -29,12 +31,12 @@ from agent_system.config_checks import ConfigError
 from agent_system.environments import base as env_base
 from recipe.forge.engines.verl.cpu.settings import apply_cpu_settings, resolve_device, use_cpu_platform_in_this_process
 from recipe.forge.engines.verl.agent_loop import AGENT_NAME
+from recipe.forge.engines.verl.reaper import start_reaper
 from recipe.forge.engines.verl.trainer import TRAINER_MODE
 from recipe.forge.run_config import RunConfig
 from recipe.forge.run_length import training_tasks
 
-LOGGER_BACKENDS = {"jsonl": "file"}  # our logger name -> verl's Tracking backend
-
+OWN_LOGGERS = ("jsonl",)  # written by the forge trainer, not by a verl Tracking backend
 
 
 def task_rows(env_name: str, seeds: np.ndarray, split: str) -> pd.DataFrame:
@@ -70,9 +72,9 @@ def write_task_files(run: RunConfig, total_training_steps: int | None, out_dir: 
 
 
 def verl_loggers(loggers: Any) -> list[str]:
-    """``trainer.logger`` as verl's Tracking backends (``jsonl`` -> ``file``), order kept, duplicates dropped."""
+    """``trainer.logger`` as verl's Tracking backends (``jsonl``, ours, left out), order kept, duplicates dropped."""
     names = [loggers] if isinstance(loggers, str) else list(loggers or [])
-    return list(dict.fromkeys(LOGGER_BACKENDS.get(str(name), str(name)) for name in names))
+    return list(dict.fromkeys(str(name) for name in names if str(name) not in OWN_LOGGERS))
 
 
 def verl_config(run: RunConfig) -> DictConfig:
@@ -105,13 +107,6 @@ def prepare_verl_config(run: RunConfig) -> DictConfig:
         cfg.trainer.engine = "verl"
         cfg.trainer.device = device
         cfg.trainer.logger = verl_loggers(cfg.trainer.get("logger"))
-        if "file" in cfg.trainer.logger:
-            env_vars = cfg.ray_kwargs.ray_init.runtime_env.get("env_vars") or {}
-            metrics_path = os.path.abspath(os.path.join(str(cfg.trainer.default_local_dir), "metrics.jsonl"))
-            cfg.ray_kwargs.ray_init.runtime_env.env_vars = {
-                **OmegaConf.to_container(OmegaConf.create(env_vars)),
-                "VERL_FILE_LOGGER_PATH": metrics_path,
-            }
     return cfg
 
 
@@ -144,4 +139,5 @@ def run_verl(run: RunConfig) -> None:
 
     auto_set_device(cfg)
     verl_validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    start_reaper()
     run_ppo(cfg, task_runner_class=TaskRunnerV1)

@@ -39,7 +39,8 @@ from verl.workers.utils.padding import response_from_nested, response_to_nested
 
 from recipe.forge.distillation import library_distillation_weight
 from recipe.forge.engines.verl.distill import distillation_advantage
-from recipe.forge.engines.verl.forge_steps import WITH_LIBRARY, ForgeSteps
+from recipe.forge.engines.verl.forge_steps import ForgeSteps
+from recipe.forge.engines.verl.metrics_file import MetricsFileTee, metrics_file_tracker
 from recipe.forge.engines.verl.rollout_logprobs import has_rollout_log_probs, rollout_correction_runs
 from recipe.forge.engines.verl.row_codec import samples_from_rows
 from recipe.forge.engines.verl.validation_dump import ValidationRowTap
@@ -215,6 +216,8 @@ class ForgeTrainer(PPOTrainerSync):
     # verl's base class branches on ``trainer_mode == "sync"`` (replay buffer, checkpoint contents, prompt
     # submission). This trainer IS the synchronous trainer, so it reports "sync" to those branches while
     # being registered under its own name.
+    resumed_at = 0  # the step restored from a checkpoint (_load_checkpoint), 0 on a fresh start
+
     @property
     def trainer_mode(self) -> str:
         return "sync"
@@ -252,21 +255,30 @@ class ForgeTrainer(PPOTrainerSync):
         super().on_init_end()
         self.forge.begin_iteration(max(self.global_steps - 1, 0))
 
+    # ------------------------------------------------------------ metrics file
+    # verl's fit builds its Tracking (self.logger) and then calls one of these two before it logs anything
+    def on_validate_begin(self):
+        super().on_validate_begin()
+        self._tee_metrics_file()
+
+    def on_train_begin(self):
+        super().on_train_begin()
+        self._tee_metrics_file()
+
+    def _tee_metrics_file(self) -> None:
+        """metrics.jsonl written by the embedded engine's rules (recipe/forge/engines/verl/metrics_file.py)."""
+        if hasattr(self, "logger") and not isinstance(self.logger, MetricsFileTee):
+            trainer = self.config.trainer
+            self.logger = MetricsFileTee(self.logger, metrics_file_tracker(
+                trainer.default_local_dir, self.resumed_at, bool(trainer.get("val_only", False))))
+
     # ------------------------------------------------------------ validation
     def _validate(self) -> dict[str, float]:
         """The embedded engine's validation rule, through verl's own validation: the held-out tasks
         (``val_kwargs.n`` copies each) with the library as it is after this iteration's evolution, logged as
         verl's ``val-core/*`` and SLEA-RL's ``val/*``; then, with a library, the same tasks without it, logged as
         ``val_no_library/*`` only (verl's figures of that pass would overwrite the first pass's)."""
-        iteration = max(self.global_steps - 1, 0)
-        metrics: dict[str, float] = {}
-        for pass_name in self.forge.validation_passes:
-            self.forge.begin_validation(iteration, pass_name)
-            verl_metrics = super()._validate()
-            if pass_name == WITH_LIBRARY:
-                metrics.update(verl_metrics)
-            metrics.update(self.forge.end_validation(self.global_steps, pass_name))
-        return metrics
+        return self.forge.validate(max(self.global_steps - 1, 0), self.global_steps, super()._validate)
 
     def on_step_begin(self):
         super().on_step_begin()
@@ -367,4 +379,9 @@ class ForgeTrainer(PPOTrainerSync):
                 raise CheckpointError(f"{folder} has no forge_library: the run stopped before the library joined "
                                       "this checkpoint; resume the previous one (trainer.resume_mode=resume_path)")
             self.forge.library.system.load(library)  # checked in full before it replaces the library
+        self.resumed_at = self.global_steps
+        if self.resumed_at > 0 and not self.config.trainer.get("val_only", False):
+            # the embedded engine's rule: validation before training only on a fresh start (the restored
+            # step was validated, if due, before its checkpoint)
+            self.config.trainer.val_before_train = False
         return result

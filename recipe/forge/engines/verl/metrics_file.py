@@ -1,0 +1,42 @@
+"""``metrics.jsonl`` on the verl engine: the embedded engine's JSONL writer behind verl's Tracking.
+
+verl's own ``file`` backend opens its file with mode "wb", so a resumed run used to erase the history before
+it. The forge trainer instead wraps verl's Tracking in a :class:`MetricsFileTee`: every ``log(data, step)`` goes
+to verl's backends as before (console, TensorBoard, W&B, ...) and to ``metrics.jsonl`` through the embedded
+engine's :class:`~recipe.forge.engines.local.tracking.MetricsTracker`, so both engines write one format (one
+object per iteration, ``"iteration": k``, which scripts/plot_training.py reads) by one set of rules:
+
+* a fresh run starts the file afresh;
+* a resume after step k keeps the lines up to k and drops later ones (they are rerun);
+* ``trainer.val_only`` writes to ``eval/global_step_<k>/metrics.jsonl`` and leaves the training run's file alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from recipe.forge.engines.local.tracking import MetricsTracker
+from recipe.forge.engines.local.validation import evaluation_dir
+
+
+def metrics_file_tracker(output_dir: str, resumed_at: int, val_only: bool) -> MetricsTracker:
+    """The JSONL writer of a run in ``output_dir`` (``trainer.default_local_dir``) restored at step
+    ``resumed_at`` (0: a fresh start)."""
+    if val_only:
+        return MetricsTracker(evaluation_dir(output_dir, resumed_at), [], "", "")
+    return MetricsTracker(output_dir, [], "", "", resume_after=resumed_at if resumed_at > 0 else None)
+
+
+class MetricsFileTee:
+    """verl's Tracking, with each logged step also appended to a MetricsTracker's JSONL file."""
+
+    def __init__(self, tracking: Any, tracker: MetricsTracker):
+        self.tracking = tracking
+        self.tracker = tracker
+
+    def log(self, data: dict, step: int, **kwargs: Any) -> None:
+        self.tracking.log(data=data, step=step, **kwargs)
+        self.tracker.log(step, data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tracking, name)
