@@ -161,14 +161,16 @@ class ExperienceSystem:
         self.stats = RetrievalStats()
 
     def provide(self, queries: Sequence[StepQuery]) -> list[StepExperience]:
-        """Cluster every query (always, also in warm-up) and, once the gates are open, render experiences."""
-        cluster_ids = [self.index.assign(q.anchor_obs, self.iteration) for q in queries]
+        """Cluster every query (always, also in warm-up) and, once the gates are open, render experiences. Each
+        observation is made its bounded key once (bounds.py): the index and the retrieval compare the same key."""
+        keys = [self.index.key(q.anchor_obs) for q in queries]
+        cluster_ids = [self.index.assign(key, self.iteration) for key in keys]
         self.stats.queries += len(queries)
         if not self.injecting:
             return [StepExperience("", cid, (), placement=self.injection) for cid in cluster_ids]
         out = []
-        for query, cid in zip(queries, cluster_ids):
-            found = self.retriever.retrieve(query.anchor_obs, query.task, cid)
+        for query, key, cid in zip(queries, keys, cluster_ids):
+            found = self.retriever.retrieve(key, query.task, cid)
             text, shown = self.renderer.render(found.entries)
             if found.fallback:
                 for entry_id in shown:
