@@ -55,6 +55,7 @@ def _hydra_main(cfg: DictConfig) -> None:
     from agent_system.config_checks import ConfigError
 
     from recipe.forge.durable import CheckpointError
+    from recipe.forge.engines.api.retry import EndpointError
 
     try:
         run(cfg)
@@ -63,6 +64,9 @@ def _hydra_main(cfg: DictConfig) -> None:
         sys.exit(2)
     except CheckpointError as exc:
         print(f"checkpoint error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except EndpointError as exc:  # the prompt-only engine's endpoint stayed unusable; what it had is saved
+        print(f"endpoint error: {exc}", file=sys.stderr)
         sys.exit(2)
 
 

@@ -1,13 +1,20 @@
-"""The prompt-only engine's policy: any OpenAI-compatible chat endpoint as the rollout's ``Generator``."""
+"""The prompt-only engine's policy: any OpenAI-compatible chat endpoint as the rollout's ``Generator``.
+
+Passing faults (no connection, timeouts, cut transfers, 429, 5xx) are retried under ``trainer.api``'s retry
+keys (retry.py); a malformed reply (not JSON, HTML, no choices, no message) gives that step no action (an
+invalid action), counted in ``api/malformed_replies``; an endpoint that stays down or refuses the requests
+themselves raises EndpointError naming the endpoint and the last error."""
 
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Sequence
 
 from agent_system.environments.projection import valid_unicode
 from agent_system.multi_turn_rollout.protocols import GenerationOutput, Message, SamplingParams
+from recipe.forge.engines.api.retry import MalformedReply, Retrier, RetryPolicy
 
 if TYPE_CHECKING:
     from recipe.forge.engines.api.runner import ApiSettings
@@ -35,21 +42,45 @@ class OpenAIGenerator:
 
         self.settings = settings
         self.client = client or OpenAI(base_url=settings.base_url, api_key=os.environ.get(settings.api_key_env, "EMPTY"),
-                                       timeout=settings.timeout_s, max_retries=2)
+                                       timeout=settings.timeout_s, max_retries=0)  # retries: self.retrier
+        self.retrier = Retrier(RetryPolicy(settings.max_retries, settings.retry_backoff_s,
+                                           settings.retry_max_backoff_s, settings.retry_deadline_s), settings.base_url)
         self.pool = ThreadPoolExecutor(max_workers=settings.max_concurrency)
         self.requests = 0
+        self.malformed = 0  # replies that gave their step no action
+        self._count_lock = threading.Lock()
+
+    def _request(self, messages: list[Message], sampling: SamplingParams, timeout_s: float) -> Any:
+        """One try; a body the client cannot read as a chat completion is a MalformedReply."""
+        import openai
+
+        greedy = not sampling.do_sample or sampling.temperature <= 0
+        try:
+            reply = self.client.chat.completions.create(
+                model=self.settings.model,
+                messages=[_text_only(m) for m in messages],
+                temperature=0.0 if greedy else sampling.temperature,
+                top_p=sampling.top_p,
+                max_tokens=sampling.max_new_tokens,
+                stop=list(sampling.stop) or None,
+                timeout=min(self.settings.timeout_s, timeout_s),
+            )
+        except (ValueError, openai.APIResponseValidationError) as exc:  # a truncated or otherwise broken body
+            raise MalformedReply(f"the reply is not a chat completion ({type(exc).__name__})") from exc
+        choices = getattr(reply, "choices", None)  # an HTML page or other non-JSON body comes back as a str
+        if not isinstance(choices, list) or not choices:
+            raise MalformedReply("the reply has no choices")
+        if getattr(choices[0], "message", None) is None:
+            raise MalformedReply("the reply's choice has no message")
+        return choices[0]
 
     def _one(self, messages: list[Message], sampling: SamplingParams) -> GenerationOutput:
-        greedy = not sampling.do_sample or sampling.temperature <= 0
-        reply = self.client.chat.completions.create(
-            model=self.settings.model,
-            messages=[_text_only(m) for m in messages],
-            temperature=0.0 if greedy else sampling.temperature,
-            top_p=sampling.top_p,
-            max_tokens=sampling.max_new_tokens,
-            stop=list(sampling.stop) or None,
-        )
-        choice = reply.choices[0]
+        try:
+            choice = self.retrier.call(lambda timeout_s: self._request(messages, sampling, timeout_s))
+        except MalformedReply:
+            with self._count_lock:
+                self.malformed += 1
+            return GenerationOutput(text="", prompt_ids=[], response_ids=[], logprobs=[])
         text = valid_unicode(choice.message.content)
         extra = getattr(choice, "model_extra", None) or {}
         for stop in sampling.stop:

@@ -4,10 +4,15 @@ The same environments, rollout and library evolution as training, with no gradie
 any OpenAI-compatible chat endpoint (GPT-4o, a vLLM / SGLang / llama.cpp server, ...), called through the
 ``openai`` client (generator.py). The library learns from every batch; validation runs with and without it. The
 loop is the embedded trainer's (recipe/forge/engines/fit_loop.py).
+
+Endpoint faults (generator.py, retry.py): passing ones are retried; when the endpoint stays unusable the run
+saves the state after its last finished iteration (unless that checkpoint exists) and ends with EndpointError,
+one line naming the endpoint and the last error; ``trainer.resume_mode=auto`` continues from there.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +34,10 @@ class ApiSettings:
     api_key_env: str = "OPENAI_API_KEY"
     max_concurrency: int = 8
     timeout_s: float = 60.0
+    max_retries: int = 8  # more tries of a request after a passing fault (no connection, timeout, 429, 5xx)
+    retry_backoff_s: float = 1.0  # the first wait; doubled per retry, full jitter, capped below
+    retry_max_backoff_s: float = 60.0
+    retry_deadline_s: float = 600.0  # all tries and waits of one request, from its first try
 
     def __post_init__(self):
         if not str(self.base_url).startswith(("http://", "https://")):
@@ -37,10 +46,30 @@ class ApiSettings:
             raise ConfigError("trainer.api.model must not be empty")
         check_int("trainer.api.max_concurrency", self.max_concurrency, 1)
         check_range("trainer.api.timeout_s", self.timeout_s, 0.0, low_inclusive=False)
+        check_int("trainer.api.max_retries", self.max_retries, 0)
+        check_range("trainer.api.retry_backoff_s", self.retry_backoff_s, 0.0)
+        check_range("trainer.api.retry_max_backoff_s", self.retry_max_backoff_s, 0.0)
+        check_range("trainer.api.retry_deadline_s", self.retry_deadline_s, 0.0, low_inclusive=False)
 
 
 def read_api_settings(reader: ConfigReader) -> ApiSettings:
     return ApiSettings(**reader.section("trainer.api", [f.name for f in dataclasses.fields(ApiSettings)]))
+
+
+@dataclass(frozen=True)
+class RestorePoint:
+    """The state after ``iteration`` finished iterations, taken before the next one touches it: what the run
+    saves when the endpoint fails in the middle of an iteration."""
+
+    iteration: int
+    experience: dict[str, Any]  # ExperienceSystem.state()
+    task_rng: Any  # a copy of the training task sampler
+
+    def save(self, directory: str | Path) -> Path:
+        """Written like ExperienceSystem.save (the checkpoint's ``library`` folder)."""
+        from recipe.forge.experience.store import save_payload
+
+        return save_payload(directory, self.experience)
 
 
 class PromptOnlyRunner:
@@ -62,11 +91,19 @@ class PromptOnlyRunner:
         self.output_dir = Path(run.trainer.output_dir)
         self.iteration = 0  # iterations done: what a validation pass now runs after, and its dump's file name
         self.dump = rollout_dump(run.trainer.rollout_data_dir, chat_prompt)  # the endpoint is sent messages
+        self.restore_point: RestorePoint | None = None
+
+    def counters(self) -> dict[str, float]:
+        """``api/requests``, ``api/retries`` and ``api/malformed_replies`` so far, this run."""
+        g = self.generator
+        return {"api/requests": float(g.requests), "api/retries": float(g.retrier.retries),
+                "api/malformed_replies": float(g.malformed)}
 
     def train_iteration(self, iteration: int) -> dict[str, float]:
         """One batch rolled out with the library, then the library evolved from it."""
         from recipe.forge.engines.local.rollout_dump import shown_entries
 
+        self.restore_point = RestorePoint(iteration, self.experience.state(), copy.deepcopy(self.train_envs.task_rng))
         self.experience.begin_iteration(iteration)
         batch = self.collector.collect(self.train_envs, self.generator, self.run.rollout.sampling(),
                                        experience_provider=self.experience.provider)
@@ -75,16 +112,16 @@ class PromptOnlyRunner:
         metrics.update(self.experience.evolve(batch.trajectories, iteration))
         if self.dump is not None:
             self.dump.write(batch.trajectories, iteration + 1, shown)
-        metrics["api/requests"] = float(self.generator.requests)  # requests sent so far, this run
+        metrics.update(self.counters())
         return metrics
 
     def validate(self) -> dict[str, float]:
-        """``val/*`` with the library, ``val_no_library/*`` without it, and ``api/requests`` counted after them."""
+        """``val/*`` with the library, ``val_no_library/*`` without it, and the ``api/*`` counters after them."""
         from recipe.forge.engines.local.validation import validation_metrics
 
         metrics = validation_metrics(self.collector, self.val_envs, self.generator, self.run.rollout.sampling(True),
                                      self.experience, dump=self.dump, iteration=self.iteration)
-        return {**metrics, "api/requests": float(self.generator.requests)}
+        return {**metrics, **self.counters()}
 
     def save(self, iteration: int) -> Path:
         """The library, the task sampler and the iteration, in the embedded trainer's checkpoint layout."""
@@ -101,8 +138,25 @@ class PromptOnlyRunner:
         return resume_from_checkpoint(self.output_dir, t.resume_mode, t.resume_from_path,
                                       rng={"env_tasks": self.train_envs.task_rng}, experience=self.experience)
 
+    def save_restore_point(self) -> str:
+        """Save the state after the last finished iteration unless its checkpoint exists; says what was kept."""
+        from recipe.forge.engines.local.checkpoint import checkpoint_dir, is_complete, save_checkpoint
+
+        point = self.restore_point
+        if point is None or point.iteration == 0:
+            return "no iteration had finished: nothing to save"
+        path = checkpoint_dir(self.output_dir, point.iteration)
+        if not is_complete(path):
+            save_checkpoint(self.output_dir, point.iteration, rng={"env_tasks": point.task_rng}, experience=point)
+        return f"the checkpoint {path} holds the run up to iteration {point.iteration} (trainer.resume_mode=auto resumes from it)"
+
     def fit(self) -> list[dict[str, float]]:
-        """Run to ``trainer.total_training_steps`` iterations (fit_loop.fit); returns the logged metrics."""
+        """Run to ``trainer.total_training_steps`` iterations (fit_loop.fit); returns the logged metrics. An
+        endpoint that stays unusable ends the run with EndpointError after save_restore_point."""
+        from recipe.forge.engines.api.retry import EndpointError
         from recipe.forge.engines.fit_loop import fit
 
-        return fit(self, self.run, "prompt-only iterations")
+        try:
+            return fit(self, self.run, "prompt-only iterations")
+        except EndpointError as exc:
+            raise EndpointError(f"{exc}; {self.save_restore_point()}") from None
