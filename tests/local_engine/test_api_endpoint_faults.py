@@ -146,3 +146,13 @@ def test_a_persistent_outage_ends_the_run_with_one_line_after_saving_and_the_run
     assert [h["iteration"] for h in history] == [2, 3]
     assert history[0]["forge/library_version"] == 2  # the saved library (one evolution) came back
 
+
+
+@pytest.mark.parametrize("key, value", [("max_retries", "-1"), ("max_retries", "1.5"), ("retry_backoff_s", "-0.1"),
+                                        ("retry_max_backoff_s", "-1"), ("retry_deadline_s", "0")])
+def test_bad_retry_keys_are_refused_naming_the_key(tmp_path, compose_cfg, run_overrides, key, value):
+    from agent_system.config_checks import ConfigError
+
+    cfg = compose_cfg(run_overrides(tmp_path, iterations=1) + ["trainer.engine=api", f"trainer.api.{key}={value}"])
+    with pytest.raises(ConfigError, match=rf"trainer\.api\.{key}="):
+        validate(cfg)
