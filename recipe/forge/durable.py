@@ -16,6 +16,8 @@ import socket
 from pathlib import Path
 from typing import IO, Callable
 
+from recipe.forge.write_faults import writing
+
 TEMP_SUFFIX = ".tmp"
 
 
@@ -73,21 +75,23 @@ def fsync_folder(folder: Path) -> None:
 
 def write_atomic(path: str | os.PathLike, write: Callable[[IO[str]], None]) -> Path:
     """Write ``path`` atomically: ``write(handle)`` fills a per-writer temporary text file (UTF-8) that then
-    replaces ``path``. Returns the path."""
+    replaces ``path``. Returns the path. A full disk or a read-only folder is a RunFolderError naming ``path``
+    (the old file, if any, is left as it was)."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    remove_orphans(target.parent, target.name)
-    tmp = target.parent / temp_name(target.name)
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_folder(target.parent)
+    with writing("", target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_orphans(target.parent, target.name)
+        tmp = target.parent / temp_name(target.name)
+        try:
+            with open(tmp, "w", encoding="utf-8") as handle:
+                write(handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        fsync_folder(target.parent)
     return target
 
 

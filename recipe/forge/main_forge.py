@@ -35,8 +35,23 @@ def validate(cfg: DictConfig):
 
 
 def run(cfg: DictConfig):
-    """Validate, then train with the configured engine. Returns the local/api engines' metric history."""
+    """Validate, take the run folder (one run at a time, nothing in it a run did not write is replaced:
+    recipe/forge/run_folder.py), then train with the configured engine. Returns the local/api engines' metric
+    history. A write the file system refuses (full disk, read-only folder), wherever it happens, ends the run
+    with a RunFolderError naming the folder and the fault."""
+    from recipe.forge.run_folder import check_run_folder, hold_run_folder
+    from recipe.forge.write_faults import writing
+
     run_config = validate(cfg)
+    folder = run_config.trainer.output_dir
+    with hold_run_folder(folder):
+        check_run_folder(folder)
+        with writing("the run's files", folder, redescribe=False):
+            return train(run_config)
+
+
+def train(run_config):
+    """Train a checked run config (:func:`validate`) with its engine; the caller holds the run folder."""
     if run_config.engine == "verl":
         from recipe.forge.engines.verl.main import run_verl
 
@@ -56,6 +71,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
     from recipe.forge.durable import CheckpointError
     from recipe.forge.engines.api.retry import EndpointError
+    from recipe.forge.write_faults import RunFolderError
 
     try:
         run(cfg)
@@ -67,6 +83,9 @@ def _hydra_main(cfg: DictConfig) -> None:
         sys.exit(2)
     except EndpointError as exc:  # the prompt-only engine's endpoint stayed unusable; what it had is saved
         print(f"endpoint error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except RunFolderError as exc:
+        print(f"run folder error: {exc}", file=sys.stderr)
         sys.exit(2)
 
 

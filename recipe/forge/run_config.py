@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from agent_system.config_checks import ConfigError
 from agent_system.multi_turn_rollout.protocols import ACTION_STOP, SamplingParams
 from recipe.forge.config_reader import ConfigReader
+from recipe.forge.run_folder import check_run_paths
 from recipe.forge.run_length import total_iterations
 
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
@@ -54,6 +55,7 @@ class TrainerSection:
     loggers: tuple[str, ...]
     project_name: str
     experiment_name: str
+    max_ckpt_to_keep: int | None = None  # trainer.max_actor_ckpt_to_keep (None: keep all; verl applies its own)
 
 
 @dataclass(frozen=True)
@@ -111,8 +113,12 @@ def read_data(reader: ConfigReader, engine: str) -> DataSection:
 
 
 def read_trainer(reader: ConfigReader, engine: str) -> TrainerSection:
-    """On the verl engine, verl's trainer resumes from its own checkpoint layout and logs to its own backends:
-    those two are left to verl there."""
+    """On the verl engine, verl's trainer resumes from its own checkpoint layout, logs to its own backends and
+    prunes its own checkpoints: those are left to verl there. The run folder's path is checked on every engine
+    (recipe/forge/run_folder.py)."""
+    project_name, experiment_name = reader.get("trainer.project_name"), reader.get("trainer.experiment_name")
+    output_dir = reader.text("trainer.default_local_dir")
+    check_run_paths(project_name, experiment_name, output_dir)
     resume_mode = reader.choice("trainer.resume_mode", RESUME_MODES)
     resume_from_path = reader.get("trainer.resume_from_path")
     if resume_mode == "resume_path" and engine != "verl":
@@ -128,11 +134,13 @@ def read_trainer(reader: ConfigReader, engine: str) -> TrainerSection:
         val_only=reader.flag("trainer.val_only"),
         resume_mode=resume_mode,
         resume_from_path=resume_from_path,
-        output_dir=reader.text("trainer.default_local_dir"),
+        output_dir=output_dir,
         rollout_data_dir=reader.text("trainer.rollout_data_dir", nullable=True),
         loggers=tuple([loggers] if isinstance(loggers, str) else loggers),
-        project_name=str(reader.get("trainer.project_name")),
-        experiment_name=str(reader.get("trainer.experiment_name")),
+        project_name=str(project_name),
+        experiment_name=str(experiment_name),
+        max_ckpt_to_keep=None if engine == "verl" else reader.integer("trainer.max_actor_ckpt_to_keep", 1,
+                                                                      nullable=True),
     )
 
 

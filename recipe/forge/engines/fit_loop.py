@@ -3,8 +3,9 @@ iterate, validate and checkpoint on schedule, log.
 
 An engine gives :func:`fit` four things (:class:`IterativeEngine`): ``resume()`` (iterations already done),
 ``train_iteration(i)`` (one iteration's metrics), ``validate()`` (held-out metrics, with and without the library)
-and ``save(done)``; its ``iteration`` attribute is the number of iterations done, which a validation pass runs
-after and names its dump by.
+and ``save(done)`` (after which the oldest checkpoints beyond ``trainer.max_actor_ckpt_to_keep`` are deleted);
+its ``iteration`` attribute is the number of iterations done, which a validation pass runs after and names its
+dump by.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def fit(engine: IterativeEngine, run: RunConfig, description: str) -> list[dict[
     """Train ``engine`` to ``trainer.total_training_steps`` iterations; returns the metrics this process logged.
 
     With ``trainer.val_only`` it only evaluates the restored state (:func:`evaluate_only`)."""
+    from recipe.forge.engines.local.checkpoint import prune_checkpoints
     from recipe.forge.engines.local.tracking import MetricsTracker
     from recipe.forge.engines.local.validation import evaluate_only, library_effect
 
@@ -68,5 +70,6 @@ def fit(engine: IterativeEngine, run: RunConfig, description: str) -> list[dict[
         history.append({"iteration": done, **metrics})
         if is_due(done, t.save_freq, t.total_iterations):
             engine.save(done)
+            prune_checkpoints(t.output_dir, t.max_ckpt_to_keep)
     tracker.close()
     return history

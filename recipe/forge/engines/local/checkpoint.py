@@ -16,6 +16,11 @@ any moment leaves every ``global_step_<k>`` folder either complete or absent. ``
 resumes from the checkpoint the marker names, or, when that one is missing or incomplete (or the marker is
 empty), from the newest complete one; it never starts over while checkpoint folders exist (if none of them
 is complete, it stops with an error).
+
+``trainer.max_actor_ckpt_to_keep`` (verl's key; null: keep all) keeps the newest N checkpoints
+(:func:`prune_checkpoints`, after each save). A save never removes what it did not write: a ``global_step_<k>``
+folder that is not a checkpoint is refused, and a full disk or a read-only folder ends the save with one line
+naming the checkpoint, nothing of it kept, the earlier checkpoints intact.
 """
 
 from __future__ import annotations
@@ -33,7 +38,11 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from recipe.forge.durable import CheckpointError, fsync_folder, remove_orphans, temp_name, write_text_atomic
+from recipe.forge.durable import (
+    TEMP_SUFFIX, CheckpointError, fsync_folder, remove_orphans, temp_name, write_text_atomic,
+)
+from recipe.forge.run_folder import is_checkpoint_folder
+from recipe.forge.write_faults import writing
 
 LATEST = "latest_checkpointed_iteration.txt"
 STATE = "trainer_state.json"
@@ -69,8 +78,7 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
     would overwrite the run's metrics and checkpoints."""
     output_dir = Path(output_dir)
     named = _read_marker(output_dir)
-    folders = sorted((int(m.group(1)), p) for p in output_dir.glob("global_step_*")
-                     if p.is_dir() and (m := STEP_FOLDER.fullmatch(p.name)))
+    folders = _step_folders(output_dir)
     if named is not None and is_complete(checkpoint_dir(output_dir, named)):
         return checkpoint_dir(output_dir, named)
     complete = [p for _, p in folders if is_complete(p)]
@@ -217,29 +225,41 @@ def restore_rng(state: Any, generators: dict[str, Any]) -> None:
 
 def save_checkpoint(output_dir: str | Path, iteration: int, *, policy=None, optimizer=None, rng: dict[str, Any],
                     critic=None, critic_optimizer=None, experience=None, extra: dict | None = None) -> Path:
+    """Write the checkpoint of ``iteration`` (see the module docstring); returns its folder.
+
+    A full disk, a quota, a read-only or forbidden folder is a RunFolderError of one line naming the checkpoint
+    and the fault; nothing of the failed checkpoint is kept and the earlier ones are untouched. A folder of the
+    checkpoint's name that is not a checkpoint is refused (CheckpointError), never removed."""
     output_dir = Path(output_dir)
     path = checkpoint_dir(output_dir, iteration)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    remove_orphans(output_dir, path.name)
-    staging = output_dir / temp_name(path.name)
-    staging.mkdir()
-    try:
-        if policy is not None:
-            policy.save(staging / "policy")
-        if optimizer is not None:
-            torch.save(optimizer.state_dict(), staging / "optimizer.pt")
-        if critic is not None:
-            torch.save({"critic": critic.state_dict(), "optimizer": critic_optimizer.state_dict()},
-                       staging / "critic.pt")
-        if experience is not None:
-            experience.save(staging / "library")
-        (staging / RNG).write_text(json.dumps(capture_rng(rng)))
-        write_text_atomic(staging / STATE, json.dumps({"iteration": iteration, **(extra or {})}))
-        _replace_folder(staging, path)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    write_text_atomic(output_dir / LATEST, str(iteration))
+    if path.exists() and not (path.is_dir() and is_checkpoint_folder(path)):
+        raise CheckpointError(f"{path} is not a checkpoint (no {STATE}); refusing to replace it with the checkpoint "
+                              "of this run: move it away, or choose another trainer.default_local_dir")
+    previous = _newest_complete_other_than(output_dir, path)
+    intact = (f"; the previous checkpoint {previous} is intact (trainer.resume_mode=auto resumes from it)"
+              if previous else "; no earlier checkpoint")
+    with writing(f"the checkpoint of iteration {iteration}", path, after=intact):
+        output_dir.mkdir(parents=True, exist_ok=True)
+        remove_orphans(output_dir, path.name)
+        staging = output_dir / temp_name(path.name)
+        staging.mkdir()
+        try:
+            if policy is not None:
+                policy.save(staging / "policy")
+            if optimizer is not None:
+                torch.save(optimizer.state_dict(), staging / "optimizer.pt")
+            if critic is not None:
+                torch.save({"critic": critic.state_dict(), "optimizer": critic_optimizer.state_dict()},
+                           staging / "critic.pt")
+            if experience is not None:
+                experience.save(staging / "library")
+            (staging / RNG).write_text(json.dumps(capture_rng(rng)))
+            write_text_atomic(staging / STATE, json.dumps({"iteration": iteration, **(extra or {})}))
+            _replace_folder(staging, path)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        write_text_atomic(output_dir / LATEST, str(iteration))
     return path
 
 
@@ -254,6 +274,49 @@ def _replace_folder(staging: Path, path: Path) -> None:
     fsync_folder(path.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _newest_complete_other_than(output_dir: Path, path: Path) -> str | None:
+    folders = [p for _, p in _step_folders(output_dir) if p != path and is_complete(p)]
+    return folders[-1].name if folders else None
+
+
+def _step_folders(output_dir: Path) -> list[tuple[int, Path]]:
+    """The ``global_step_<k>`` folders of ``output_dir``, by iteration."""
+    return sorted((int(m.group(1)), p) for p in output_dir.glob("global_step_*")
+                  if p.is_dir() and (m := STEP_FOLDER.fullmatch(p.name)))
+
+
+def prune_checkpoints(output_dir: str | Path, keep: int | None) -> list[Path]:
+    """Delete the oldest checkpoints so that the newest ``keep`` remain (``trainer.max_actor_ckpt_to_keep``;
+    None: keep all); returns the deleted folders.
+
+    Only complete checkpoints this code wrote (a ``trainer_state.json`` naming the folder's iteration) are
+    deleted, never the newest ``keep`` nor the one the marker names; each is renamed to a temporary name
+    first, so a kill mid-delete leaves no half checkpoint under a checkpoint's name."""
+    if not keep:
+        return []
+    output_dir = Path(output_dir)
+    for leftover in output_dir.glob(f".global_step_*{TEMP_SUFFIX}"):  # renamed by a delete that was killed
+        remove_orphans(output_dir, leftover.name[1:].split(".", 1)[0])
+    named = _read_marker(output_dir)
+    ours = [(k, p) for k, p in _step_folders(output_dir) if _written_here(p, k)]
+    deleted = []
+    for k, folder in ours[:-keep]:
+        if k == named:
+            continue
+        doomed = output_dir / temp_name(folder.name)
+        os.rename(folder, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+        deleted.append(folder)
+    return deleted
+
+
+def _written_here(path: Path, iteration: int) -> bool:
+    try:
+        return read_trainer_state(path)["iteration"] == iteration
+    except CheckpointError:
+        return False
 
 
 def _load_tensors(path: Path) -> Any:

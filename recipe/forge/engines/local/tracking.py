@@ -9,7 +9,8 @@ starting a new one. ``WANDB_MODE=offline`` works as usual (the run is synced lat
 Resuming after iteration ``k`` (``resume_after=k``): JSONL lines of later iterations are dropped (they are rerun)
 and TensorBoard is told to purge its events from step ``k + 1`` on, so no step appears twice; a fresh start
 deletes the JSONL file and purges every earlier TensorBoard event of the folder (a run killed before its first
-checkpoint starts over cleanly). A torn last line
+checkpoint starts over cleanly). A file that is not a metrics file of a SLEA-RL (or verl) run is never replaced
+(recipe/forge/run_folder.py); a full disk is one line naming the file. A torn last line
 (a kill or a full disk mid-append) is dropped with a warning instead of making the file unreadable.
 """
 
@@ -24,6 +25,8 @@ from typing import Any
 
 from recipe.forge.durable import write_text_atomic
 from recipe.forge.metric_names import with_current_names
+from recipe.forge.run_folder import check_metrics_file
+from recipe.forge.write_faults import writing
 
 CONSOLE_KEYS = ("success_rate", "episode_reward/mean", "valid_action_ratio", "episode_length/mean",
                 "actor/pg_loss", "forge/library_total_size", "val/success_rate", "val_no_library/success_rate",
@@ -54,7 +57,9 @@ class MetricsTracker:
                  config: dict[str, Any] | None = None, resume_after: int | None = None):
         """``resume_after``: None starts the run's metrics afresh; an iteration resumes after it (see above)."""
         self.path = Path(output_dir) / "metrics.jsonl"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with writing("the metrics file", self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        check_metrics_file(self.path)  # never replace (or rewrite) a file no run of ours wrote
         resume = resume_after is not None
         if resume:
             self._truncate_after(resume_after)
@@ -84,7 +89,7 @@ class MetricsTracker:
         if resume and id_file.exists():
             return id_file.read_text().strip()
         run_id = uuid.uuid4().hex[:12]  # W&B accepts any letters and digits
-        id_file.write_text(run_id + "\n")
+        write_text_atomic(id_file, run_id + "\n")
         return run_id
 
     def _truncate_after(self, iteration: int) -> None:
@@ -97,7 +102,7 @@ class MetricsTracker:
 
     def log(self, iteration: int, metrics: dict[str, float]) -> None:
         clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(float(v))}
-        with self.path.open("a") as handle:
+        with writing(f"the metrics of iteration {iteration}", self.path), self.path.open("a") as handle:
             handle.write(json.dumps({"iteration": iteration, **clean}, sort_keys=True) + "\n")
         if self.console:
             shown = "  ".join(f"{k}={clean[k]:.4g}" for k in CONSOLE_KEYS if k in clean)
