@@ -42,11 +42,14 @@ def write_fault(exc: BaseException) -> str | None:
     """The fault's short text (``No space left on device (errno 28)``) when ``exc`` is, or was caused by, a
     write refused by the file system; None for any other error."""
     chain = list(_chain(exc))
-    for current in chain:  # an OSError itself names its file
-        if isinstance(current, OSError) and current.errno in WRITE_ERRNOS:
+    for current in chain:  # an OSError itself names its file (a permission error without one is no file's)
+        if isinstance(current, OSError) and current.errno in WRITE_ERRNOS and (
+                current.filename or current.errno not in (errno.EACCES, errno.EPERM)):
             at = f" at {current.filename}" if current.filename else ""
             return f"{os.strerror(current.errno)} (errno {current.errno}){at}"
-    for current in chain:
+    for current in chain:  # how other libraries and remote tracebacks spell one
+        if isinstance(current, OSError):
+            continue
         for match in _SPELLED.finditer(str(current)):
             number = int(match.group(1) or match.group(2))
             if number in WRITE_ERRNOS:

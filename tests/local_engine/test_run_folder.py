@@ -302,6 +302,7 @@ def test_write_faults_are_recognised_however_a_library_reports_them():
     assert write_fault(PermissionError(13, "Permission denied", "/r/metrics.jsonl")) == \
         "Permission denied (errno 13) at /r/metrics.jsonl"
     assert write_fault(ValueError("shape mismatch")) is None
+    assert write_fault(PermissionError(1, "Operation not permitted")) is None  # os.kill on another's process
     # raised in a Ray actor (the verl engine's trainer): the entry point keeps its one line, not the traceback
     inner = RunFolderError("cannot write /r/global_step_2/forge_library/x.json: No space left on device (errno 28)")
     wrapped = ray_exceptions.RayTaskError("fit", "Traceback (most recent call last):\n  ...", inner)
