@@ -25,6 +25,16 @@ Attacks and what each count means (the goal: every fault caught):
   ``fuzz_crashes`` counts exceptions that escaped.
 * workers and AppWorld: environment faults in worker processes (crash, hang, raise, unpicklable info) and
   AppWorld code that never ends; the ``*_contained`` counts say how many ended only their own episode.
+
+Issue 23's attacks (scripts/reliability_attacks/, one module per area; each module's docstring says what its
+counts mean and what "caught" is):
+
+* run folder (``run_folder``): two runs on one folder, disk-full, read-only and permission-denied saves,
+  escaping run paths, ``resume_mode=disable`` over folders and metrics files it did not write;
+* sizes (``sizes``): a 100,000-character answer and 1-5 MB observations through the experience system;
+* endpoints, exports, server (``endpoints``): a faulty chat endpoint under the prompt-only engine, markup and
+  terminal escapes in lesson text, bad requests to the Search retrieval server;
+* verl driver (``verl_driver``): a killed driver's Ray processes, a resumed verl metrics file.
 """
 
 from __future__ import annotations
@@ -47,8 +57,15 @@ import time
 import warnings
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-CONFIG_DIR = str(REPO / "recipe" / "forge" / "config")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from reliability_attacks import REPO, compose_shipped  # noqa: E402
+from reliability_attacks.endpoints import (attack_endpoint_faults, attack_exports,  # noqa: E402
+                                           attack_retrieval_server)
+from reliability_attacks.run_folder import (attack_disk_faults, attack_escaping_paths,  # noqa: E402
+                                            attack_foreign_folders, attack_run_folder_lock)
+from reliability_attacks.sizes import attack_sizes  # noqa: E402
+from reliability_attacks.verl_driver import attack_verl_driver  # noqa: E402
 A = "actor_rollout_ref.actor"
 
 # (values set on the shipped config, a word of the key the error must name)
@@ -80,16 +97,6 @@ CLI_FAULTS = [f"{A}.optim.lr=abc", "algorithm.forge.golden_capacity_per_level=0"
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-
-def compose_shipped(overrides: list[str] = ()):
-    from hydra import compose, initialize_config_dir
-
-    from recipe.forge.main_forge import verl_config_searchpath
-
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-        return compose(config_name="forge_trainer",
-                       overrides=list(overrides) + [f"hydra.searchpath=[{verl_config_searchpath()}]"])
-
 
 def with_values(cfg, values: dict):
     from omegaconf import OmegaConf
@@ -596,6 +603,7 @@ def report(quick: bool) -> dict:
     result.update(attack_workers())
     result.update(attack_appworld())
     result.update(attack_resume_kills(kills=2 if quick else 5, iterations=3 if quick else 6))
+    result.update(issue_23_attacks(quick))
     result["seconds"] = round(time.perf_counter() - started, 1)
     return result
 
@@ -608,7 +616,43 @@ def all_caught(r: dict) -> bool:
             and r["resume_lost_or_duplicated_lines"] == 0 and r["tensorboard_duplicate_steps"] == 0
             and not r["code_executed_on_resume"] and r["concurrent_save_failures"] == 0
             and r["worker_faults_contained"] == r["worker_faults"]
-            and r["appworld_attacks_contained"] == r["appworld_attacks"])
+            and r["appworld_attacks_contained"] == r["appworld_attacks"]
+            and issue_23_caught(r))
+
+
+def issue_23_attacks(quick: bool) -> dict:
+    """The counts of issue 23's attacks (scripts/reliability_attacks/)."""
+    result: dict = {}
+    for attack in (attack_run_folder_lock, attack_disk_faults, attack_escaping_paths, attack_foreign_folders,
+                   attack_sizes, attack_endpoint_faults, attack_exports, attack_retrieval_server):
+        counts = attack(quick)
+        assert not set(counts) & set(result), f"{attack.__name__} reuses a count's name"
+        result.update(counts)
+    result.update(attack_verl_driver())
+    return result
+
+
+def issue_23_caught(r: dict) -> bool:
+    """Issue 23's goal: zero runs lost, zero escapes (tracebacks instead of clear errors), zero markup executed,
+    zero writes outside the run folder (each condition as its attack module's docstring states it)."""
+    return (r["lock_runs_refused"] == r["lock_attempts"] > 0 and r["lock_refusals_naming_pid"] == r["lock_attempts"]
+            and r["stale_locks_taken_over"] == r["stale_attempts"]
+            and r["write_fault_clean_errors"] == r["write_fault_attempts"] > 0 and r["write_fault_tracebacks"] == 0
+            and r["previous_checkpoint_intact"] == r["write_fault_runs"]
+            and r["paths_refused"] == r["path_attacks"] > 0 and r["writes_outside_run_folder"] == 0
+            and r["foreign_refused"] == r["foreign_attacks"] > 0
+            and r["user_files_deleted"] == 0 and r["user_files_changed"] == 0
+            and r["lessons_over_bound"] == 0 and r["prompt_messages_over_bound"] == 0 and r["prototypes_over_bound"] == 0
+            and r["messages_checked"] > 0 and r["step_5mb_s"] < 5.0 and r["library_file_bytes"] < 2_000_000
+            and r["runs_lost"] == 0 and r["tracebacks"] == 0 and r["requests_failed"] == 0
+            and r["malformed_as_invalid"] == r["malformed_sent"] > 0
+            and r["outage_clear_line"] == 1 and r["outage_saved"] == 1
+            and r["markup_executed"] == 0 and r["markup_formed"] == 0
+            and r["console_control_chars"] == 0 and r["export_attacks"] > 0
+            and r["bad_answered_4xx"] == r["bad_requests"] > 0 and r["answered_5xx"] == 0
+            and r["server_up_after"] == 1 and r["largest_answer_bytes"] < 50_000_000
+            and r["ray_processes_left"] == 0 and r["verl_resume_lost_or_duplicated_lines"] == 0
+            and r["ray_processes_below_killed_driver"] > 0 and r["ray_cluster_below_driver"] == 1)
 
 
 def main(argv: list[str] | None = None) -> int:

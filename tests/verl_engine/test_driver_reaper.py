@@ -1,14 +1,12 @@
-"""A verl driver killed with SIGKILL takes the Ray processes it started with it (recipe/forge/engines/verl/reaper.py).
+"""The watchdog's process bookkeeping (recipe/forge/engines/verl/reaper.py) on a hand-made process table.
 
-Without the watchdog, a SIGKILLed driver left its local Ray cluster running (39 processes after one verl CPU
-run; with only ``ray.init`` and an actor, the dashboard and runtime-env agents): the real test starts a driver
-that runs ``ray.init`` and an actor, kills it, and waits for every process that was below it."""
+The real attack (a driver that runs ``ray.init`` and an actor, SIGKILLed, every process below it waited for:
+agent_system/testing/ray_driver.py) is run by tests/foundation/test_reliability_report.py. Without the watchdog
+a SIGKILLed driver left its local Ray cluster running (39 processes after one verl CPU run; with only
+``ray.init`` and an actor, the dashboard and runtime-env agents)."""
 
 from __future__ import annotations
 
-import pytest
-
-from agent_system.testing.ray_driver import kill_a_ray_driver
 from recipe.forge.engines.verl.reaper import alive, descendants
 
 
@@ -19,11 +17,3 @@ def test_descendants_and_alive_on_a_hand_made_table():
     assert descendants(table, {12}) == {(13, 103)} and descendants(table, {99}) == set()
     # pid 12 reused by a later process (another start time) is not the recorded one
     assert alive({(12, 102), (11, 101), (77, 5)}, {**table, 12: (1, 999)}) == {(11, 101)}
-
-
-@pytest.mark.timeout(240)
-def test_a_killed_driver_takes_its_ray_cluster_with_it():
-    killed = kill_a_ray_driver()
-    assert {"gcs_server", "raylet"} <= set(killed.below)  # ray.init started a local cluster below the driver
-    assert killed.reapers == 1
-    assert killed.left == []
