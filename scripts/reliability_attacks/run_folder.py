@@ -40,10 +40,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+from agent_system.testing.run_folders import HOLDER, files_under
 from reliability_attacks import REPO, compose_shipped
-
-LOCK = ".run.lock"
-
 
 def _api_run(out: Path, *extra: str) -> list[str]:
     """A tiny prompt-only run whose endpoint does not answer: a run that is not refused fails at its first
@@ -54,20 +52,6 @@ def _api_run(out: Path, *extra: str) -> list[str]:
             "trainer.logger=[jsonl]", f"trainer.default_local_dir={out}", f"algorithm.forge.checkpoint_dir={out}/library",
             "trainer.engine=api", "trainer.api.base_url=http://127.0.0.1:9/v1", "trainer.api.model=none",
             "trainer.api.timeout_s=2", *extra]
-
-
-def _files(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and p.name != LOCK}
-
-
-HOLDER = textwrap.dedent("""
-    import sys, time
-    from recipe.forge.run_folder import hold_run_folder
-    with hold_run_folder(sys.argv[1]):
-        print("holding", flush=True)
-        time.sleep(600)
-""")
 
 
 def attack_run_folder_lock(quick: bool) -> dict:
@@ -107,25 +91,12 @@ def attack_run_folder_lock(quick: bool) -> dict:
 SAVER = textwrap.dedent("""
     import json, resource, signal, subprocess, sys
     from pathlib import Path
-    import torch
-    from safetensors.torch import load_file, save_file
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
+    from agent_system.testing.run_folders import TwoWriterPolicy
     from recipe.forge.engines.local.checkpoint import load_checkpoint, save_checkpoint
     from recipe.forge.engines.local.tracking import MetricsTracker
     from recipe.forge.durable import write_text_atomic
 
-    class Policy:  # the embedded policy's two writers: tokenizers (400 KB) then safetensors (4 MB)
-        tensors = {"w": torch.arange(1_000_000, dtype=torch.float32)}
-        tokenizer = Tokenizer(WordLevel({f"word{i}": i for i in range(20_000)}, unk_token="word0"))
-        def save(self, directory):
-            directory.mkdir()
-            self.tokenizer.save(str(directory / "tokenizer.json"))
-            save_file(self.tensors, str(directory / "model.safetensors"))
-        def load_weights(self, directory):
-            assert torch.equal(load_file(str(directory / "model.safetensors"))["w"], self.tensors["w"])
-
-    out, policy = Path(sys.argv[1]), Policy()
+    out, policy = Path(sys.argv[1]), TwoWriterPolicy()
     tracker = MetricsTracker(out, [], "p", "e")
     tracker.log(1, {"x": 1.0})
     save_checkpoint(out, 1, policy=policy, rng={})
@@ -252,7 +223,7 @@ def attack_foreign_folders(quick: bool) -> dict:
             (out / "metrics.jsonl").write_text('{"loss": 1}\n{"loss": 2}\n')
 
     def tally(out: Path, before: dict[str, bytes]) -> None:
-        after = _files(out)
+        after = files_under(out)
         counts["user_files_deleted"] += len(set(before) - set(after))
         counts["user_files_changed"] += sum(1 for k in before if k in after and after[k] != before[k])
 
@@ -263,7 +234,7 @@ def attack_foreign_folders(quick: bool) -> dict:
             for kind in kinds:
                 out = Path(tmp) / f"{mode}_{kind}"
                 planted(out, kind)
-                before = _files(out)
+                before = files_under(out)
                 counts["foreign_attacks"] += 1
                 try:
                     run(compose_shipped(_api_run(out, "trainer.save_freq=1", f"trainer.resume_mode={mode}")))
@@ -272,7 +243,7 @@ def attack_foreign_folders(quick: bool) -> dict:
                 tally(out, before)
         out = Path(tmp) / "direct"
         planted(out, "step_folder")
-        before = _files(out)
+        before = files_under(out)
         counts["foreign_attacks"] += 1
         try:
             save_checkpoint(out, 1, rng={})
@@ -287,7 +258,7 @@ def attack_foreign_folders(quick: bool) -> dict:
         (out / "global_step_0" / "notes.txt").write_text("not a checkpoint")
         (out / "global_step_9").mkdir()
         (out / "global_step_9" / "trainer_state.json").write_text('{"iteration": 4}')  # not this folder's state
-        before = {k: v for k, v in _files(out).items() if k.startswith(("global_step_0", "global_step_9"))}
+        before = {k: v for k, v in files_under(out).items() if k.startswith(("global_step_0", "global_step_9"))}
         counts["foreign_attacks"] += 1
         prune_checkpoints(out, 1)
         counts["foreign_refused"] += sorted(p.name for p in out.glob("global_step_*")) == [

@@ -13,12 +13,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from agent_system.config_checks import ConfigError
+from agent_system.testing.run_folders import HOLDER, files_under
 from agent_system.testing.threaded_server import ThreadedServer
 from recipe.forge.durable import CheckpointError
 from recipe.forge.engines.local.checkpoint import prune_checkpoints, save_checkpoint
@@ -53,21 +53,8 @@ def _api_run(out: Path, url: str, run_overrides, *extra: str) -> list[str]:
                                  "trainer.api.timeout_s=120", *extra]
 
 
-def _tree(folder: Path) -> dict[str, bytes]:
-    """Every file under ``folder`` but the lock file a refused run may create, with its bytes."""
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and p.name != LOCK_NAME}
-
-
 # one run at a time ------------------------------------------------------------------------------------------------
 
-HOLDER = textwrap.dedent("""
-    import sys, time
-    from recipe.forge.run_folder import hold_run_folder
-    with hold_run_folder(sys.argv[1]):
-        print("holding", flush=True)
-        time.sleep(600)
-""")
 
 
 def test_a_second_run_on_a_busy_folder_is_refused_with_the_holders_pid_until_the_holder_dies(
@@ -146,18 +133,18 @@ def test_resume_mode_disable_refuses_a_non_checkpoint_step_folder_and_a_foreign_
     out = tmp_path / "run"
     (out / "global_step_1").mkdir(parents=True)
     (out / "global_step_1" / "notes.txt").write_text("the user's own notes")
-    before = _tree(out)
+    before = files_under(out)
     overrides = _api_run(out, url, run_overrides, "trainer.save_freq=1", "trainer.resume_mode=disable")
     with pytest.raises(RunFolderError, match="global_step_1 is named like a checkpoint but is not one"):
         run(compose_cfg(overrides))
-    assert _tree(out) == before
+    assert files_under(out) == before
 
     shutil.rmtree(out / "global_step_1")
     (out / "metrics.jsonl").write_text("step,reward\n1,0.5\n")  # someone else's file
-    before = _tree(out)
+    before = files_under(out)
     with pytest.raises(RunFolderError, match="metrics.jsonl was not written by a SLEA-RL run"):
         run(compose_cfg(overrides))
-    assert _tree(out) == before
+    assert files_under(out) == before
 
     with pytest.raises(CheckpointError, match="is not a checkpoint .* refusing to replace it"):  # a direct save too
         (out / "global_step_3").mkdir()
@@ -195,31 +182,14 @@ def test_max_actor_ckpt_to_keep_is_checked(compose_cfg):
 SAVER = textwrap.dedent("""
     import json, resource, signal, subprocess, sys
     from pathlib import Path
-    import torch
-    from safetensors.torch import load_file, save_file
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
+    from agent_system.testing.run_folders import TwoWriterPolicy
     from recipe.forge.engines.local.checkpoint import load_checkpoint, save_checkpoint
     from recipe.forge.engines.local.tracking import MetricsTracker
     from recipe.forge.durable import write_text_atomic
     from recipe.forge.write_faults import RunFolderError
 
-    class Policy:
-        # the policy's two writers, as the embedded engine's policy.save uses them: tokenizers (a 400 KB
-        # tokenizer.json) and safetensors (4 MB of weights)
-        tensors = {"w": torch.arange(1_000_000, dtype=torch.float32)}
-        tokenizer = Tokenizer(WordLevel({f"word{i}": i for i in range(20_000)}, unk_token="word0"))
-
-        def save(self, directory):
-            directory.mkdir()
-            self.tokenizer.save(str(directory / "tokenizer.json"))
-            save_file(self.tensors, str(directory / "model.safetensors"))
-
-        def load_weights(self, directory):
-            assert torch.equal(load_file(str(directory / "model.safetensors"))["w"], self.tensors["w"])
-
     out = Path(sys.argv[1])
-    policy = Policy()
+    policy = TwoWriterPolicy()
     tracker = MetricsTracker(out, [], "p", "e")
     tracker.log(1, {"x": 1.0})
     save_checkpoint(out, 1, policy=policy, rng={})
