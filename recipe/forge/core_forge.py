@@ -28,6 +28,8 @@ import pandas as pd
 import torch
 from rapidfuzz import fuzz, process
 
+from recipe.forge.experience.bounds import bounded_key
+
 ADVANTAGE_MODES = ("mean_norm", "mean_std_norm")
 EPISODE_NORM_OVER = ("steps", "trajectories")
 
@@ -214,7 +216,9 @@ def similarity_step_groups(
     the quantity difflib's ``SequenceMatcher.ratio`` approximates (difflib's block matching can only find
     a shorter common subsequence, so this score is >= difflib's). Anchors are first deduplicated exactly;
     each distinct anchor then joins the most similar existing cluster representative of its task group whose
-    score reaches the threshold (ties: the earliest cluster), else founds a new cluster. Cost per task group is
+    score reaches the threshold (ties: the earliest cluster), else founds a new cluster. An anchor longer than
+    ``bounds.MAX_KEY_CHARS`` is compared by its bounded key (its start, length and digest), as the experience
+    index compares observations, so a step's cost is bounded whatever the observation's size. Cost per task group is
     O(distinct anchors x clusters) C-level comparisons, independent of the rest of the batch.
     """
     uid_codes, _ = factorize(index)
@@ -234,7 +238,7 @@ def similarity_step_groups(
         reps: list[str] = []
         rep_cluster: list[int] = []
         for pair in order[lo:hi]:
-            text = str(pair_text[pair])
+            text = bounded_key(str(pair_text[pair]))  # compared as the experience index compares them
             match = process.extractOne(text, reps, scorer=fuzz.ratio, score_cutoff=cutoff) if reps else None
             if match is None:
                 reps.append(text)

@@ -312,6 +312,16 @@ def test_similarity_groups_hand_worked():
     assert labels[3] not in (labels[0], labels[2])
 
 
+def test_similarity_groups_compare_long_anchors_by_their_bounded_keys():
+    # 8,000 shared characters, then 12,000 that differ: whole, the ratio is 2 * 8000 / 40000 = 0.4 (two groups);
+    # as bounded keys (8,192 characters: the start, then length and digest) nearly all is shared: one group, as
+    # the experience index clusters them
+    shared = "You are in the middle of a room. " * 243
+    a, b = shared[:8000] + "a" * 12000, shared[:8000] + "b" * 12000
+    labels = similarity_step_groups([a, b, "Nothing happens."], ["t", "t", "t"], 0.95)
+    assert labels[0] == labels[1] != labels[2]
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(
