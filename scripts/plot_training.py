@@ -1,4 +1,4 @@
-"""Plot training curves from one or more runs' metrics.jsonl (written by the local and api engines).
+"""Plot training curves from one or more runs' metrics.jsonl (written in one format by every engine).
 
     python scripts/plot_training.py runs/slea_rl/forge_numberline/metrics.jsonl -o curve.png
     python scripts/plot_training.py SLEA-RL=runs/a/metrics.jsonl GRPO=runs/b/metrics.jsonl -o compare.png
