@@ -135,6 +135,12 @@ def as_markdown(view: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def entry_anchor(entry_id: object) -> str:
+    """The HTML id of an entry's row in :func:`as_html`'s page (``library.html#entry-12``): other pages link
+    to an entry by it."""
+    return f"entry-{int(entry_id)}"
+
+
 def as_html(view: dict[str, Any]) -> str:
     esc = html.escape
     parts = [f"<html><head><meta charset='utf-8'><title>Experience library</title></head><body>"
@@ -145,7 +151,7 @@ def as_html(view: dict[str, Any]) -> str:
             counts = esc(verdict_counts(view["verdicts"][zone][level]))
             parts.append(f"<h3>{esc(level)} ({len(rows)}; {counts})</h3><table border='1'><tr><th>id</th>"
                          "<th>score</th><th>support</th><th>retrieved</th><th>verdict</th><th>text</th></tr>")
-            parts += [f"<tr><td>{e['entry_id']}</td><td>{e['score']:.3g}</td><td>{e['support']}</td>"
+            parts += [f"<tr id='{entry_anchor(e['entry_id'])}'><td>{e['entry_id']}</td><td>{e['score']:.3g}</td><td>{e['support']}</td>"
                       f"<td>{e['retrieval_count']}</td><td>{esc(e['verdict'])}</td><td>{esc(e['text'])}</td></tr>"
                       for e in rows]
             parts.append("</table>")
