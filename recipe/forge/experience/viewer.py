@@ -4,6 +4,7 @@ and export it as JSON, Markdown or HTML.
     slea-rl-library checkpoints/forge                       # print the library
     slea-rl-library ckpt --zone warning --top 5             # one zone, five entries per level
     slea-rl-library ckpt --export-json lib.json --export-md lib.md --export-html lib.html
+    slea-rl-library diff A B                                # what changed between two checkpoints
 
 The checkpoint is validated first (a damaged file is reported with what is wrong; exit status 2). Every entry
 shows its verdict against the environment's expert (recipe/forge/experience/lesson_quality.py): ``right``,
@@ -24,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from recipe.forge.experience import library_diff
 from recipe.forge.experience.lesson_quality import RIGHT, WRONG, verdict
 from recipe.forge.experience.library import LEVELS, Advice
 from recipe.forge.experience.store import CheckpointError, load_payload
@@ -162,7 +164,12 @@ def as_html(view: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="slea-rl-library", description=__doc__.splitlines()[0])
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["diff"]:
+        return library_diff.main(argv[1:])
+    parser = argparse.ArgumentParser(prog="slea-rl-library", description=__doc__.splitlines()[0],
+                                     epilog="slea-rl-library diff A B: what changed between two checkpoints "
+                                            "(slea-rl-library diff --help)")
     parser.add_argument("checkpoint", help="checkpoint folder or experience_library.json")
     parser.add_argument("--zone", choices=list(LEVELS), help="show one zone only")
     parser.add_argument("--top", type=int, default=None, help="entries per level (default: all)")
