@@ -31,9 +31,11 @@ def _console(stderr: str) -> list[str]:
     return [m.group(1) for line in stderr.splitlines() if (m := CONSOLE.search(line))]
 
 
-def dump_dom(browser: str, page: Path, profile: Path) -> tuple[str, list[str]]:
-    """(the DOM after load, the console messages) of ``page``; ``profile`` is a fresh folder for Chromium."""
-    done = subprocess.run([*_command(browser, profile), "--dump-dom", page.resolve().as_uri()],
+def dump_dom(browser: str, page: Path, profile: Path, fragment: str = "") -> tuple[str, list[str]]:
+    """(the DOM after load, the console messages) of ``page``; ``profile`` is a fresh folder for Chromium;
+    ``fragment``: appended to the page's URL after ``#`` (a page that reads its state from it)."""
+    url = page.resolve().as_uri() + (f"#{fragment}" if fragment else "")
+    done = subprocess.run([*_command(browser, profile), "--dump-dom", url],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout, _console(done.stderr)

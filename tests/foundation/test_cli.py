@@ -16,7 +16,8 @@ def test_help_lists_our_keys_and_commands_in_under_80_lines(tmp_path):
     output = proc.stdout + proc.stderr
     assert len(output.splitlines()) < 80
     for needle in ("trainer.engine", "trainer.val_only", "algorithm.forge.", "env.env_name", "--cfg job",
-                   "+experiment=main_job", "slea-rl-library", "docs/configuration.md"):
+                   "+experiment=main_job", "slea-rl-library", "slea-rl-trajectories",
+                   "docs/configuration.md"):
         assert needle in output, needle
     assert "WARNING" not in output and "not available" not in output
     assert "ppo_mini_batch_size" not in output, "verl's full config belongs behind --cfg job"
@@ -25,7 +26,7 @@ def test_help_lists_our_keys_and_commands_in_under_80_lines(tmp_path):
 
 def test_help_names_the_console_scripts_the_package_installs():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert set(scripts) == {"slea-rl", "slea-rl-library"}
+    assert set(scripts) == {"slea-rl", "slea-rl-library", "slea-rl-trajectories"}
     readme = (ROOT / "README.md").read_text()
     for name in scripts:
         assert f"`{name}`" in readme, f"console script {name} is not documented in the README"

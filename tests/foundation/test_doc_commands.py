@@ -7,8 +7,8 @@ training commands (``slea-rl ...``) compose their config and pass every start-up
 (the same checks a real start makes before any model is loaded; running them is the job of the engine tests,
 e.g. tests/local_engine/test_evaluate.py for ``trainer.val_only``); run scripts with extra overrides go
 through scripts/check_examples.py with those overrides appended; the viewer, the plotting script and
-TensorBoard run for real on a run folder built here (a library evolved from scripted NumberLine episodes, the
-main job's recorded metrics, a TensorBoard event file).
+TensorBoard run for real on a run folder built here (a library evolved from scripted NumberLine episodes and
+their rollout dumps, the main job's recorded metrics, a TensorBoard event file).
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ def run_folder(tmp_path_factory):
     from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
     from agent_system.testing.policies import RandomGenerator
     from recipe.forge.engines.local.checkpoint import save_checkpoint
+    from recipe.forge.engines.local.rollout_dump import RolloutDump, chat_prompt, shown_entries
     from recipe.forge.engines.local.tracking import MetricsTracker
     from recipe.forge.experience import ExperienceSystem
     from recipe.forge.main_forge import validate
@@ -81,15 +82,17 @@ def run_folder(tmp_path_factory):
     train_envs, _ = make_envs(cfg)
     system = ExperienceSystem.from_algorithm(validate(cfg).algorithm)
     generator = RandomGenerator(train_envs, seed=0)
+    run = base / RUN
+    dump = RolloutDump(run / "rollouts", chat_prompt)
     for iteration in range(3):
         system.begin_iteration(iteration)
         batch = TrajectoryCollector().collect(train_envs, generator, SamplingParams(),
                                               experience_provider=system.provider)
+        dump.write(batch.trajectories, iteration + 1, shown_entries(batch.trajectories, system.library))
         system.evolve(batch.trajectories, iteration)
     train_envs.close()
     sizes = {zone: system.library.size(zone) for zone in ("golden", "warning")}
     assert all(sizes.values()), f"the viewer must have both zones to show, got {sizes}"
-    run = base / RUN
     for iteration in (10, 20):  # complete checkpoints (prompt-only layout: no policy), as resume_path requires
         save_checkpoint(run, iteration, rng={"sampler": torch.Generator().manual_seed(0)}, experience=system)
     shutil.copy(ROOT / "docs/results/forge_metrics.jsonl", run / "metrics.jsonl")
@@ -135,6 +138,15 @@ def test_documented_command_works(page, command, run_folder, check_examples, mon
         for word in words[1:]:
             if word.endswith((".md", ".html")):
                 assert (out / word).stat().st_size > 0
+    elif words[0] == "slea-rl-trajectories":
+        from recipe.forge.trajectory_viewer import main as trajectories
+
+        monkeypatch.chdir(run_folder)
+        assert trajectories(words[1:]) == 0
+        out = run_folder / words[words.index("--out") + 1]
+        assert (out / "trajectories.html").stat().st_size > 0 and (out / "trajectories.md").stat().st_size > 0
+        if "--library" in words:
+            assert "library.html#entry-" in (out / "trajectories.html").read_text(encoding="utf-8")
     elif words[:2] == ["python", "scripts/plot_training.py"]:
         argv = [w.replace("runs/", f"{run_folder}/runs/") for w in words[2:]]
         argv = [str(run_folder / w) if w.endswith(".png") else w for w in argv]

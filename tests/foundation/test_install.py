@@ -88,5 +88,5 @@ def test_documented_install_without_the_gpu_extra_registers_forge_in_a_fresh_ven
     assert Path(recipe_init) == repo / "recipe" / "__init__.py"  # ours, not TransferQueue's namespace folder
     assert Path(forge_init) == repo / "recipe" / "forge" / "__init__.py"
     assert registered == "['forge', 'gigpo']"
-    for script in ("slea-rl", "slea-rl-library"):
+    for script in ("slea-rl", "slea-rl-library", "slea-rl-trajectories"):
         assert (venv / "bin" / script).exists(), f"console script {script} was not installed"
