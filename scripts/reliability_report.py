@@ -34,7 +34,9 @@ counts mean and what "caught" is):
 * sizes (``sizes``): a 100,000-character answer and 1-5 MB observations through the experience system;
 * endpoints, exports, server (``endpoints``): a faulty chat endpoint under the prompt-only engine, markup and
   terminal escapes in lesson text, bad requests to the Search retrieval server;
-* verl driver (``verl_driver``): a killed driver's Ray processes, a resumed verl metrics file.
+* verl driver (``verl_driver``): a killed driver's Ray processes, a resumed verl metrics file;
+* readers (issue 24; ``trajectory_viewer``, ``library_diff``): hostile model text and bad inputs on the trajectory
+  page (slea-rl-trajectories) and in ``slea-rl-library diff``.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from reliability_attacks import REPO, compose_shipped  # noqa: E402
+from reliability_attacks.library_diff import attack_library_diff  # noqa: E402
+from reliability_attacks.trajectory_viewer import attack_trajectory_page  # noqa: E402
 from reliability_attacks.endpoints import (attack_endpoint_faults, attack_exports,  # noqa: E402
                                            attack_retrieval_server)
 from reliability_attacks.run_folder import (attack_disk_faults, attack_escaping_paths,  # noqa: E402
@@ -604,6 +608,7 @@ def report(quick: bool) -> dict:
     result.update(attack_appworld())
     result.update(attack_resume_kills(kills=2 if quick else 5, iterations=3 if quick else 6))
     result.update(issue_23_attacks(quick))
+    result.update(issue_24_attacks(quick))
     result["seconds"] = round(time.perf_counter() - started, 1)
     return result
 
@@ -617,7 +622,7 @@ def all_caught(r: dict) -> bool:
             and not r["code_executed_on_resume"] and r["concurrent_save_failures"] == 0
             and r["worker_faults_contained"] == r["worker_faults"]
             and r["appworld_attacks_contained"] == r["appworld_attacks"]
-            and issue_23_caught(r))
+            and issue_23_caught(r) and issue_24_caught(r))
 
 
 def issue_23_attacks(quick: bool) -> dict:
@@ -630,6 +635,20 @@ def issue_23_attacks(quick: bool) -> dict:
         result.update(counts)
     result.update(attack_verl_driver())
     return result
+
+
+def issue_24_attacks(quick: bool) -> dict:
+    """The counts of the attacks on issue 24's readers: the trajectory page and the library diff."""
+    return {**attack_trajectory_page(quick), **attack_library_diff(quick)}
+
+
+def issue_24_caught(r: dict) -> bool:
+    """Hostile model text on the trajectory page and in the library diff stays inert; bad inputs are one line."""
+    return (r["trajectory_payloads_inert"] == r["trajectory_payloads"] > 0
+            and r["trajectory_bad_inputs_caught"] == r["trajectory_bad_inputs"] > 0 and r["trajectory_tracebacks"] == 0
+            and r["diff_bad_inputs_one_line_exit_2"] == r["diff_bad_inputs"] > 0 and r["diff_tracebacks"] == 0
+            and r["diff_console_control_chars"] == 0 and r["diff_markdown_live_tags"] == 0
+            and r["diff_json_non_ascii"] == 0)
 
 
 def issue_23_caught(r: dict) -> bool:

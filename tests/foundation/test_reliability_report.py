@@ -60,3 +60,9 @@ def test_issue_23_attacks_are_all_caught(report):
     verl metrics file (quick mode): no run lost, no traceback, no markup executed, no write outside the run folder."""
     r = report.issue_23_attacks(quick=True)
     assert report.issue_23_caught(r), r
+
+
+def test_issue_24_readers_keep_hostile_text_inert(report):
+    """The trajectory page and the library diff, fed scripts, handlers, terminal escapes and bad folders."""
+    r = report.issue_24_attacks(quick=True)
+    assert report.issue_24_caught(r), r
