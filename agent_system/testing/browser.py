@@ -49,3 +49,13 @@ def open_page(browser: str, page: Path, tmp_path: Path) -> tuple[str, Path, list
                           capture_output=True, text=True, timeout=120)
     assert snap.returncode == 0, snap.stderr[-2000:]
     return dom, shot, console + _console(snap.stderr)
+
+
+def not_blank(png: Path) -> bool:
+    """More than one colour, and at least 0.5% of the pixels differ from the most common (background) one."""
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.asarray(Image.open(png).convert("RGB")).reshape(-1, 3)
+    colours, counts = np.unique(pixels, axis=0, return_counts=True)
+    return len(colours) > 1 and 1.0 - counts.max() / counts.sum() >= 0.005

@@ -76,3 +76,11 @@ def run_iteration(system, iteration, seed, n_tasks=3, group=2, horizon=4):
 @pytest.fixture
 def iterate():
     return run_iteration
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    """The headless Chromium of agent_system/testing/browser.py; the test is skipped where none is installed."""
+    from agent_system.testing.browser import SKIP_REASON, find_chromium
+
+    return find_chromium() or pytest.skip(SKIP_REASON)

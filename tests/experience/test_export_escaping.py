@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_system.testing.browser import SKIP_REASON, dump_dom, find_chromium
+from agent_system.testing.browser import dump_dom
 from recipe.forge.experience import ExperienceSystem
 from recipe.forge.experience.library import Candidate
 from recipe.forge.experience.viewer import main as viewer_main
@@ -102,11 +102,6 @@ def test_the_rendered_export_holds_no_markup_from_lessons_and_reads_as_written(e
     cells = {" ".join(c.split()) for c in page.cells}
     for i, text in enumerate([*MARKUP, ESCAPES]):
         assert expected_cell(f"lesson {i}: {text}") in cells, (text, cells)
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    return find_chromium() or pytest.skip(SKIP_REASON)
 
 
 def console_of(chromium: str, body_html: str, folder: Path) -> tuple[str, list[str]]:

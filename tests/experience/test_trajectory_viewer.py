@@ -10,13 +10,10 @@ import json
 import subprocess
 import sys
 from html.parser import HTMLParser
-from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
-from agent_system.testing.browser import SKIP_REASON, dump_dom, find_chromium, open_page
+from agent_system.testing.browser import dump_dom, not_blank, open_page
 from recipe.forge.engines.local.rollout_dump import RolloutDump, chat_prompt, shown_entries
 from recipe.forge.experience import ExperienceSystem
 from recipe.forge.trajectory_viewer import main
@@ -179,17 +176,6 @@ def test_the_module_runs_as_a_command(run, tmp_path):
     done = subprocess.run([sys.executable, "-m", "recipe.forge.trajectory_viewer", str(folder), "--out",
                            str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and (tmp_path / "trajectories.html").stat().st_size > 0, done.stderr
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    return find_chromium() or pytest.skip(SKIP_REASON)
-
-
-def not_blank(png: Path) -> bool:
-    pixels = np.asarray(Image.open(png).convert("RGB")).reshape(-1, 3)
-    colours, counts = np.unique(pixels, axis=0, return_counts=True)
-    return len(colours) > 1 and 1.0 - counts.max() / counts.sum() >= 0.005
 
 
 def test_the_page_in_chromium_runs_nothing_from_the_model_and_filters(rendered, chromium, tmp_path):

@@ -6,29 +6,14 @@ by ``make test``); where it cannot be installed the browser tests skip and say w
 from __future__ import annotations
 
 import html
-from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
-from agent_system.testing.browser import SKIP_REASON, find_chromium, open_page
+from agent_system.testing.browser import not_blank, open_page
 from recipe.forge.experience import ExperienceSystem
 from recipe.forge.experience.viewer import main as viewer_main
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    return find_chromium() or pytest.skip(SKIP_REASON)
-
-
-def not_blank(png: Path) -> bool:
-    """More than one colour, and at least 0.5% of the pixels differ from the most common (background) one."""
-    pixels = np.asarray(Image.open(png).convert("RGB")).reshape(-1, 3)
-    colours, counts = np.unique(pixels, axis=0, return_counts=True)
-    return len(colours) > 1 and 1.0 - counts.max() / counts.sum() >= 0.005
 
 
 def test_the_checks_catch_console_errors_and_blank_pages(chromium, tmp_path):
