@@ -34,9 +34,26 @@ class GenerationOutput:
 
 @runtime_checkable
 class Generator(Protocol):
-    """A batch of chat conversations in, one sampled response each out (same order)."""
+    """A batch of chat conversations in, one sampled response each out (same order).
+
+    A generator that can draw each conversation's sample from that conversation's own stream also takes
+    ``streams`` (one :class:`SampleStream` per conversation; the local HF generator and the chat-endpoint
+    generator do); the collector passes it only when it was given streams."""
 
     def generate(self, messages: Sequence[list[Message]], sampling: SamplingParams) -> list[GenerationOutput]: ...
+
+
+@dataclass(eq=False)
+class SampleStream:
+    """One episode's own source of sampling randomness, so that what the episode samples does not depend on the
+    episodes that share its generation calls (an evaluation gives the same episodes at any batch size).
+
+    ``seed`` names the stream; ``draws`` counts the responses drawn from it so far; ``state`` is the generator's
+    own random state for the stream (a ``torch.Generator`` for the HF generator), made from ``seed`` on first use."""
+
+    seed: int
+    draws: int = 0
+    state: Any = None
 
 
 @dataclass

@@ -21,6 +21,7 @@ from agent_system.multi_turn_rollout.protocols import (
     ExperienceProvider,
     Generator,
     RolloutBatch,
+    SampleStream,
     SamplingParams,
     StepObserver,
     StepQuery,
@@ -125,12 +126,20 @@ class TrajectoryCollector:
         step_observer: StepObserver | None = None,
         seeds: Sequence[int] | None = None,
         dynamic_sampling: bool | None = None,
+        streams: Sequence[SampleStream] | None = None,
     ) -> RolloutBatch:
         """Roll out B tasks x G copies (``seeds``: the B task seeds of the first rollout; default: the
-        manager's next seeds) and return every step sample, every trajectory and the metrics."""
+        manager's next seeds) and return every step sample, every trajectory and the metrics. ``streams``: one
+        sample stream per environment (B x G), each environment's responses drawn from its own (the generator
+        must take ``streams``); not with dynamic sampling, whose later rollouts are new episodes."""
         use_ds = self.dynamic_sampling if dynamic_sampling is None else dynamic_sampling
+        if streams is not None:
+            if use_ds:
+                raise ValueError("sample streams are per episode: dynamic sampling's extra rollouts have none")
+            if len(streams) != envs.num_envs:
+                raise ValueError(f"{len(streams)} sample streams for {envs.num_envs} environments")
         if not use_ds:
-            batch = self._rollout(envs, generator, sampling, experience_provider, step_observer, seeds)
+            batch = self._rollout(envs, generator, sampling, experience_provider, step_observer, seeds, streams)
             batch.metrics.update(rollout_metrics(batch))
             return batch
         return self._collect_dynamic(envs, generator, sampling, experience_provider, step_observer, seeds)
@@ -163,7 +172,7 @@ class TrajectoryCollector:
         )
         return out
 
-    def _rollout(self, envs, generator, sampling, provider, observer, seeds) -> RolloutBatch:
+    def _rollout(self, envs, generator, sampling, provider, observer, seeds, streams=None) -> RolloutBatch:
         obs, infos = envs.reset(seeds)
         n = envs.num_envs
         tasks = [str(info.get("task", "")) for info in infos]
@@ -172,7 +181,7 @@ class TrajectoryCollector:
         with tqdm(total=envs.max_steps, desc="rollout steps", disable=not self.progress, leave=False) as bar:
             while envs.active.any():
                 idx = np.flatnonzero(envs.active).tolist()
-                records, obs = self._step(envs, generator, sampling, provider, obs, idx, tasks, task_types)
+                records, obs = self._step(envs, generator, sampling, provider, obs, idx, tasks, task_types, streams)
                 for i, rec in zip(idx, records):
                     per_env[i].append(rec)
                 if observer is not None:
@@ -194,9 +203,10 @@ class TrajectoryCollector:
         ]
         return RolloutBatch(steps=[s for t in trajs for s in t.steps], trajectories=trajs)
 
-    def _step(self, envs, generator, sampling, provider, obs: Observations, idx, tasks, task_types) -> tuple[list[StepRecord], Observations]:
-        """One generation call for the active environments ``idx``, then one environment step; returns the
-        step records and the next observations."""
+    def _step(self, envs, generator, sampling, provider, obs: Observations, idx, tasks, task_types,
+              streams=None) -> tuple[list[StepRecord], Observations]:
+        """One generation call for the active environments ``idx`` (from their own sample streams, when given),
+        then one environment step; returns the step records and the next observations."""
         queries = [
             StepQuery(anchor_obs=obs.anchor[i], task=tasks[i], task_type=task_types[i], uid=envs.uids[i],
                       traj_uid=envs.traj_uids[i], step=int(envs.step_count[i]), admissible_actions=obs.admissible[i])
@@ -207,7 +217,11 @@ class TrajectoryCollector:
         if self.prompt_budget is not None:
             prepared = [self.prompt_budget.fit(p, prompt, image) for p, prompt, image in zip(prepared, prompts, images)]
         experts = envs.recorded_expert_actions(idx)  # at the state acted on, before the environment steps
-        outputs = generator.generate([p.messages for p in prepared], sampling)
+        messages = [p.messages for p in prepared]
+        if streams is None:
+            outputs = generator.generate(messages, sampling)
+        else:
+            outputs = generator.generate(messages, sampling, streams=[streams[i] for i in idx])
         self.generation_calls += 1
         if len(outputs) != len(idx):
             raise ValueError(f"generator returned {len(outputs)} outputs for {len(idx)} conversations")

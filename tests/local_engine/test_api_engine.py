@@ -2,7 +2,7 @@
 
 import pytest
 
-from agent_system.multi_turn_rollout.protocols import SamplingParams
+from agent_system.multi_turn_rollout.protocols import SampleStream, SamplingParams
 from agent_system.testing.threaded_server import ThreadedServer
 from recipe.forge.engines.api.generator import OpenAIGenerator
 from recipe.forge.engines.api.runner import ApiSettings, PromptOnlyRunner
@@ -14,7 +14,8 @@ pytestmark = pytest.mark.timeout(600)
 @pytest.fixture
 def chat_server(tokenizer, make_tiny):
     """/v1/chat/completions over HFGenerator with a tiny answering model; cuts the stop string off the reply
-    and names it in ``stop_reason`` like vLLM does, and records the requests it saw."""
+    and names it in ``stop_reason`` like vLLM does, samples from a request's ``seed`` where it sends one, and
+    records the requests it saw."""
     from fastapi import FastAPI
 
     from recipe.forge.engines.local.generation import HFGenerator
@@ -29,7 +30,8 @@ def chat_server(tokenizer, make_tiny):
         sampling = SamplingParams(temperature=body.get("temperature", 1.0) or 0.0,
                                   do_sample=(body.get("temperature") or 0) > 0,
                                   max_new_tokens=body.get("max_tokens", 16), stop=tuple(body.get("stop") or ()))
-        out = generator.generate([body["messages"]], sampling)[0]
+        streams = None if body.get("seed") is None else [SampleStream(body["seed"])]  # vLLM's per-request seed
+        out = generator.generate([body["messages"]], sampling, streams=streams)[0]
         text, reason, matched = out.text, "length", None
         for stop in sampling.stop:
             if stop in text:
@@ -132,3 +134,31 @@ def test_prompt_only_val_only_evaluates_the_saved_library_without_evolving_it(tm
     assert not list((tmp_path / "eval").glob("global_step_*")), "val_only must not write checkpoints"
     assert (tmp_path / "eval" / "eval" / "global_step_1" / "metrics.jsonl").exists()
     assert (tmp_path / "run" / "metrics.jsonl").read_text() == training_metrics
+
+
+def test_slea_rl_eval_of_a_prompt_only_checkpoint_is_the_same_at_any_batch_size(tmp_path, chat_server, compose_cfg,
+                                                                                run_overrides):
+    """Each request of an episode carries its stream's seed, so an endpoint that honours ``seed`` gives each
+    episode the same samples whichever episodes share its batch."""
+    import json
+
+    from recipe.forge.evaluate import main as eval_main
+
+    url, seen = chat_server
+    overrides = run_overrides(tmp_path / "run", iterations=1) + [
+        "trainer.engine=api", f"trainer.api.base_url={url}", "trainer.api.model=tiny", "trainer.save_freq=1"]
+    PromptOnlyRunner(validate(compose_cfg(overrides))).fit()
+    trained_requests = len(seen)
+    episodes = {}
+    for batch_size in (1, 3):
+        out = tmp_path / f"eval_b{batch_size}"
+        argv = [str(tmp_path / "run" / "global_step_1"), "--tasks", "2", "--samples", "3", "--batch-size",
+                str(batch_size), "--temperature", "1.0", "--out", str(out), "--no-progress", *overrides]
+        assert eval_main(argv) == 0
+        episodes[batch_size] = (out / "episodes.jsonl").read_text()
+        report = json.loads((out / "evaluation.json").read_text())
+        assert report["kind"] == "api" and set(report["passes"]) == {"with_library", "without_library"}
+    assert episodes[1] == episodes[3]
+    assert all(isinstance(body.get("seed"), int) for body in seen[trained_requests:])
+    lines = [json.loads(line) for line in episodes[1].splitlines()]
+    assert len({json.dumps(line["responses"]) for line in lines}) > 1  # sampled: not one answer for all

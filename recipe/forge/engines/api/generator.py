@@ -12,8 +12,10 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Sequence
 
+import numpy as np
+
 from agent_system.environments.projection import valid_unicode
-from agent_system.multi_turn_rollout.protocols import GenerationOutput, Message, SamplingParams
+from agent_system.multi_turn_rollout.protocols import GenerationOutput, Message, SampleStream, SamplingParams
 from recipe.forge.engines.api.retry import MalformedReply, Retrier, RetryPolicy
 
 if TYPE_CHECKING:
@@ -50,8 +52,10 @@ class OpenAIGenerator:
         self.malformed = 0  # replies that gave their step no action
         self._count_lock = threading.Lock()
 
-    def _request(self, messages: list[Message], sampling: SamplingParams, timeout_s: float) -> Any:
-        """One try; a body the client cannot read as a chat completion is a MalformedReply."""
+    def _request(self, messages: list[Message], sampling: SamplingParams, timeout_s: float,
+                 seed: int | None = None) -> Any:
+        """One try; a body the client cannot read as a chat completion is a MalformedReply. ``seed``: the
+        request's ``seed`` parameter (none sent when None)."""
         import openai
 
         greedy = not sampling.do_sample or sampling.temperature <= 0
@@ -64,6 +68,7 @@ class OpenAIGenerator:
                 max_tokens=sampling.max_new_tokens,
                 stop=list(sampling.stop) or None,
                 timeout=min(self.settings.timeout_s, timeout_s),
+                **({} if seed is None else {"seed": seed}),
             )
         except (ValueError, openai.APIResponseValidationError) as exc:  # a truncated or otherwise broken body
             raise MalformedReply(f"the reply is not a chat completion ({type(exc).__name__})") from exc
@@ -74,9 +79,9 @@ class OpenAIGenerator:
             raise MalformedReply("the reply's choice has no message")
         return choices[0]
 
-    def _one(self, messages: list[Message], sampling: SamplingParams) -> GenerationOutput:
+    def _one(self, messages: list[Message], sampling: SamplingParams, seed: int | None = None) -> GenerationOutput:
         try:
-            choice = self.retrier.call(lambda timeout_s: self._request(messages, sampling, timeout_s))
+            choice = self.retrier.call(lambda timeout_s: self._request(messages, sampling, timeout_s, seed))
         except MalformedReply:
             with self._count_lock:
                 self.malformed += 1
@@ -92,11 +97,28 @@ class OpenAIGenerator:
                 text += stop
         return GenerationOutput(text=text, prompt_ids=[], response_ids=[], logprobs=[])
 
-    def generate(self, messages: Sequence[list[Message]], sampling: SamplingParams) -> list[GenerationOutput]:
+    def generate(self, messages: Sequence[list[Message]], sampling: SamplingParams,
+                 streams: Sequence[SampleStream] | None = None) -> list[GenerationOutput]:
+        """``streams``: one per conversation; each request then sends the seed :func:`request_seed` of its
+        stream's next draw (an endpoint that honours ``seed`` samples each episode alike at any batch size)."""
         self.requests += len(messages)
-        return list(self.pool.map(lambda m: self._one(m, sampling), messages))
+        if streams is None:
+            return list(self.pool.map(lambda m: self._one(m, sampling), messages))
+        if len(streams) != len(messages):
+            raise ValueError(f"{len(streams)} sample streams for {len(messages)} conversations")
+        seeds = []
+        for stream in streams:
+            seeds.append(request_seed(stream))
+            stream.draws += 1
+        return list(self.pool.map(lambda pair: self._one(pair[0], sampling, pair[1]), zip(messages, seeds)))
 
     def as_llm(self, max_tokens: int = 512):
         """``llm(prompt) -> str`` for the LLM experience extractor, on the same endpoint."""
         sampling = SamplingParams(temperature=0.0, do_sample=False, max_new_tokens=max_tokens, stop=())
         return lambda prompt: self._one([{"role": "user", "content": prompt}], sampling).text
+
+
+def request_seed(stream: SampleStream) -> int:
+    """The ``seed`` of ``stream``'s next request: a function of the stream's seed and its draws so far only,
+    in [0, 2**31)."""
+    return int(np.random.SeedSequence([int(stream.seed), int(stream.draws)]).generate_state(1)[0] >> 1)

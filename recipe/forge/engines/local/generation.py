@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from agent_system.multi_turn_rollout.protocols import GenerationOutput, Message, SamplingParams
+from agent_system.multi_turn_rollout.protocols import GenerationOutput, Message, SampleStream, SamplingParams
 from recipe.forge.engines.local.sequences import forward_inputs, pack
 
 
@@ -62,19 +62,34 @@ class HFGenerator:
         return len(self.encode_prompt(messages))
 
     # ------------------------------------------------------------------ protocol
-    def generate(self, messages: Sequence[list[Message]], sampling: SamplingParams) -> list[GenerationOutput]:
+    def generate(self, messages: Sequence[list[Message]], sampling: SamplingParams,
+                 streams: Sequence[SampleStream] | None = None) -> list[GenerationOutput]:
+        """``streams``: one per conversation; each conversation's tokens are then sampled from its own stream's
+        ``torch.Generator`` (seeded with the stream's seed on first use) instead of the generator's ``rng``."""
         prompts = [self.encode_prompt(m) for m in messages]
+        if streams is not None and len(streams) != len(prompts):
+            raise ValueError(f"{len(streams)} sample streams for {len(prompts)} conversations")
         outputs: list[GenerationOutput] = []
         for start in range(0, len(prompts), self.batch_size):
-            outputs.extend(self.generate_ids(prompts[start:start + self.batch_size], sampling))
+            part = None if streams is None else streams[start:start + self.batch_size]
+            outputs.extend(self.generate_ids(prompts[start:start + self.batch_size], sampling, part))
         return outputs
 
-    def generate_ids(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[GenerationOutput]:
+    def generate_ids(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams,
+                     streams: Sequence[SampleStream] | None = None) -> list[GenerationOutput]:
         """Decode a batch of tokenised prompts; returns outputs in input order."""
+        rngs = None
+        if streams is not None:
+            for stream in streams:
+                if stream.state is None:
+                    stream.state = torch.Generator().manual_seed(int(stream.seed))
+                stream.draws += 1
+            rngs = [stream.state for stream in streams]
         with torch.no_grad(), self.autocast():
-            return self._decode(prompts, sampling)
+            return self._decode(prompts, sampling, rngs)
 
-    def _decode(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[GenerationOutput]:
+    def _decode(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams,
+                rngs: Sequence[torch.Generator] | None = None) -> list[GenerationOutput]:
         bs = len(prompts)
         if bs == 0:
             return []
@@ -98,7 +113,8 @@ class HFGenerator:
 
         for _ in range(sampling.max_new_tokens):
             logp = F.log_softmax(logits.float() / temperature, dim=-1)
-            chosen = logp.argmax(dim=-1) if greedy else self._sample(logp, sampling)
+            row_rngs = None if rngs is None else [rngs[row] for row in alive.tolist()]
+            chosen = logp.argmax(dim=-1) if greedy else self._sample(logp, sampling, row_rngs)
             chosen_logp = logp.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
             chosen_cpu, chosen_logp_cpu = chosen.cpu().tolist(), chosen_logp.cpu().tolist()
             for i, row in enumerate(alive.tolist()):
@@ -133,8 +149,10 @@ class HFGenerator:
         ]
 
     # ------------------------------------------------------------------ helpers
-    def _sample(self, logp: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
-        """Sample from softmax(logp) restricted by top-k / top-p. logp: (b, vocab) -> (b,)."""
+    def _sample(self, logp: torch.Tensor, sampling: SamplingParams,
+                rngs: Sequence[torch.Generator] | None = None) -> torch.Tensor:
+        """Sample from softmax(logp) restricted by top-k / top-p. logp: (b, vocab) -> (b,); row i is drawn from
+        ``rngs[i]`` when given (b generators), else the batch from ``self.rng``."""
         filtered = logp
         if sampling.top_k and sampling.top_k > 0:
             kth = torch.topk(filtered, min(sampling.top_k, filtered.shape[-1]), dim=-1).values[:, -1:]
@@ -147,7 +165,10 @@ class HFGenerator:
             drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
             filtered = filtered.masked_fill(drop, float("-inf"))
         probs = filtered.softmax(dim=-1).cpu()
-        return torch.multinomial(probs, 1, generator=self.rng).squeeze(-1).to(logp.device)
+        if rngs is None:
+            return torch.multinomial(probs, 1, generator=self.rng).squeeze(-1).to(logp.device)
+        rows = [torch.multinomial(row, 1, generator=rng) for row, rng in zip(probs, rngs)]
+        return torch.cat(rows).to(logp.device)
 
     def _stop_candidates(self, stop_strings: tuple[str, ...]) -> torch.Tensor:
         """(vocab,) bool: tokens whose text contains the last character of some stop string; only rows that
