@@ -31,7 +31,6 @@ import argparse
 import contextlib
 import copy
 import json
-import math
 import statistics
 import sys
 import time
@@ -40,6 +39,7 @@ from pathlib import Path
 import torch
 
 from agent_system.testing.policies import CountingGenerator, tagged
+from recipe.forge.eval_stats import wilson_interval
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "recipe" / "forge" / "config"
 
@@ -53,16 +53,6 @@ def compose_config(preset: str | None, overrides: list[str]):
     extra = ([f"+experiment={preset}"] if preset else []) + list(overrides)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         return compose(config_name="forge_trainer", overrides=extra)
-
-
-def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """95% Wilson score interval of a binomial proportion."""
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def recurrence_share(trajectories, tasks: int) -> float:

@@ -34,6 +34,18 @@ def validate(cfg: DictConfig):
     return load_run_config(cfg)
 
 
+def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
+    """The shipped config (forge_trainer.yaml on verl's defaults) with Hydra ``overrides``, as the command line
+    composes it, for callers outside ``@hydra.main`` (``slea-rl eval``, scripts)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        return compose(config_name="forge_trainer",
+                       overrides=list(overrides) + [f"hydra.searchpath=[{verl_config_searchpath()}]"])
+
+
 def run(cfg: DictConfig):
     """Validate, take the run folder (one run at a time, nothing in it a run did not write is replaced:
     recipe/forge/run_folder.py), then train with the configured engine. Returns the local/api engines' metric
@@ -118,9 +130,17 @@ def _not_a_platform_fallback(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith(_PLATFORM_FALLBACK_MESSAGES)
 
 
+SUBCOMMANDS = {"eval": "recipe.forge.evaluate", "export": "recipe.forge.export"}
+
+
 def main() -> None:
+    """``slea-rl [hydra overrides]`` trains; ``slea-rl eval ...`` and ``slea-rl export ...`` run those commands."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     silence_irrelevant_verl_warnings()
+    if len(sys.argv) > 1 and sys.argv[1] in SUBCOMMANDS:
+        import importlib
+
+        sys.exit(importlib.import_module(SUBCOMMANDS[sys.argv[1]]).main(sys.argv[2:]))
     if not any(arg.startswith("hydra.searchpath=") for arg in sys.argv[1:]):
         sys.argv.append(f"hydra.searchpath=[{verl_config_searchpath()}]")
     _hydra_main()

@@ -5,6 +5,7 @@ advantage (where the dump has one), with filters by task, outcome, pass and iter
 
     slea-rl-trajectories runs/slea_rl/forge_numberline/rollouts --out trajectories
     slea-rl-trajectories rollouts --out trajectories --library runs/.../global_step_20/library
+    slea-rl-trajectories runs/slea_rl/forge_numberline/eval/global_step_20/trajectories --out eval_page  # slea-rl eval's
 
 With ``--library`` the checkpoint's library is written next to the page (``library.html``, the library
 viewer's HTML export) and every entry id links to its row there. The page is self-contained (inline style and
@@ -28,7 +29,9 @@ from recipe.forge.experience.viewer import as_html as library_html
 from recipe.forge.experience.viewer import entry_anchor, organise
 from recipe.forge.safe_text import markdown_text, terminal_text
 
-PASSES = ("train", "val", "val_no_library")  # the dump's folders: the top level, val/, val_no_library/
+# the dump's folders: the top level (training), val/ and val_no_library/ (validation, and slea-rl eval's passes with
+# and without the checkpoint's library), val_other_library/ (slea-rl eval --library-from)
+PASSES = ("train", "val", "val_no_library", "val_other_library")
 LIBRARY_PAGE = "library.html"
 WARNINGS_PER_FILE = 3  # skipped lines named per file (a foreign file, such as verl's training dump, is one note)
 FIELD_TYPES = {"task": str, "traj_uid": str, "turn": int, "observation": str, "output": str, "valid": bool,
