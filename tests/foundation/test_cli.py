@@ -16,7 +16,7 @@ def test_help_lists_our_keys_and_commands_in_under_80_lines(tmp_path):
     output = proc.stdout + proc.stderr
     assert len(output.splitlines()) < 80
     for needle in ("trainer.engine", "trainer.val_only", "algorithm.forge.", "env.env_name", "--cfg job",
-                   "+experiment=main_job", "slea-rl-library", "slea-rl-trajectories",
+                   "+experiment=main_job", "slea-rl-library", "slea-rl-trajectories", "slea-rl eval", "slea-rl export",
                    "docs/configuration.md"):
         assert needle in output, needle
     assert "WARNING" not in output and "not available" not in output
@@ -30,3 +30,12 @@ def test_help_names_the_console_scripts_the_package_installs():
     readme = (ROOT / "README.md").read_text()
     for name in scripts:
         assert f"`{name}`" in readme, f"console script {name} is not documented in the README"
+
+
+def test_slea_rl_eval_is_a_command_of_slea_rl(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "recipe.forge.main_forge", "eval", str(tmp_path / "missing")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"slea-rl eval: {tmp_path / 'missing'}: no such folder (give a checkpoint "
+                                                "global_step_<k>/ or a Hugging Face model folder)"]
+    assert not list(tmp_path.iterdir())
