@@ -6,13 +6,14 @@ Commands are the lines of the pages' ```bash blocks. Each kind is exercised the 
 training commands (``slea-rl ...``) compose their config and pass every start-up check of their engine
 (the same checks a real start makes before any model is loaded; running them is the job of the engine tests,
 e.g. tests/local_engine/test_evaluate.py for ``trainer.val_only``); run scripts with extra overrides go
-through scripts/check_examples.py with those overrides appended; the viewer, the plotting script and
+through scripts/check_examples.py with those overrides appended; the viewer, the export, the plotting script and
 TensorBoard run for real on a run folder built here (a library evolved from scripted NumberLine episodes and
 their rollout dumps, the main job's recorded metrics, a TensorBoard event file).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import shutil
@@ -118,7 +119,16 @@ def check_training_command(arguments: list[str]) -> None:
 @pytest.mark.parametrize("page, command", ALL, ids=[f"{Path(p).stem}:{c[:60]}" for p, c in ALL])
 def test_documented_command_works(page, command, run_folder, check_examples, monkeypatch):
     words = shlex.split(command)
-    if words[0] == "slea-rl":
+    if words[:2] == ["slea-rl", "export"]:  # the fixture's checkpoints are prompt-only: the library and manifest
+        from recipe.forge.export import main as export
+
+        monkeypatch.chdir(run_folder)
+        assert export(words[2:]) == 0
+        out = run_folder / words[words.index("--out") + 1]
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert (manifest["engine"], manifest["policy"]) == ("api", None) and manifest["library"]["entries"] > 0
+        assert (out / "library.md").stat().st_size > 0 and not (out / "config.json").exists()
+    elif words[0] == "slea-rl":
         monkeypatch.chdir(run_folder)  # the run folder the commands name (runs/...) lives here
         check_training_command(words[1:])
     elif words[:2] == ["bash", words[1]] and words[1].startswith("examples/"):
