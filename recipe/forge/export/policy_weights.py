@@ -5,7 +5,7 @@
   it) with the adapter of ``policy/`` merged into its weights (peft's ``merge_and_unload``);
 * verl: the actor's FSDP shards merged by verl's own model merger (``verl.model_merger``, FSDP backend); it
   writes the weights in bf16, as ``python -m verl.model_merger merge`` does; a LoRA adapter it finds in the shards
-  is merged into the base weights as above. verl's merger reads the shards with ``torch.load`` unpickling them,
+  (it writes it to ``lora_adapter/``) is merged into those base weights in fp32, as above. verl's merger reads the shards with ``torch.load`` unpickling them,
   so a verl checkpoint must come from a trusted source.
 
 Each writer returns the manifest's ``policy`` section.
@@ -127,9 +127,9 @@ def write_verl_policy(actor: Path, target: Path) -> dict[str, Any]:
     except Exception as exc:  # verl's merger raises whatever torch.load or its checks raise for bad shards
         raise ExportError(f"verl's model merger cannot merge {actor} ({_first_line(exc)})") from exc
     section = {"kind": "full", "source": str(actor), "merged_by": "verl.model_merger (fsdp)", "dtype": "bfloat16"}
-    if (work / "lora_adapter").is_dir():
-        merge_adapter(str(work), work / "lora_adapter", work, target, torch.bfloat16)
-        section["kind"] = "lora_merged"
+    if (work / "lora_adapter").is_dir():  # merged in fp32: the sum of two bf16 tensors is not a bf16 tensor
+        merge_adapter(str(work), work / "lora_adapter", work, target, torch.float32)
+        section.update(kind="lora_merged", dtype="float32")
     else:
         for item in work.iterdir():
             item.rename(target / item.name)
