@@ -135,7 +135,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from recipe.forge.main_forge import silence_irrelevant_verl_warnings
+
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    silence_irrelevant_verl_warnings()  # what importing verl says about back-ends no export uses
     try:
         manifest = export_checkpoint(args.checkpoint, args.out, force=args.force, base_model=args.base_model)
     except (ExportError, CheckpointError, RunFolderError) as exc:

@@ -14,9 +14,9 @@ Each writer returns the manifest's ``policy`` section.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +120,7 @@ def write_verl_policy(actor: Path, target: Path) -> dict[str, Any]:
                                hf_model_config_path=str(actor / "huggingface"))
     work.mkdir(parents=True)
     try:
-        with contextlib.redirect_stdout(sys.stderr):  # the merger's progress lines
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # its progress
             merger = FSDPModelMerger(config)
             merger.merge_and_save()
             merger.cleanup()
@@ -128,6 +128,9 @@ def write_verl_policy(actor: Path, target: Path) -> dict[str, Any]:
         raise ExportError(f"verl's model merger cannot merge {actor} ({_first_line(exc)})") from exc
     section = {"kind": "full", "source": str(actor), "merged_by": "verl.model_merger (fsdp)", "dtype": "bfloat16"}
     if (work / "lora_adapter").is_dir():  # merged in fp32: the sum of two bf16 tensors is not a bf16 tensor
+        if not json.loads((work / "lora_adapter" / "adapter_config.json").read_text()).get("lora_alpha"):
+            raise ExportError(f"{actor} holds a LoRA adapter but no lora_train_meta.json with its alpha (verl writes "
+                              "one): merging it with alpha 0 would drop the adapter")
         merge_adapter(str(work), work / "lora_adapter", work, target, torch.float32)
         section.update(kind="lora_merged", dtype="float32")
     else:
