@@ -3,8 +3,9 @@ workers, agent-loop workers and the hf rollout server, through ``python -m recip
 it (scripts/verl_cpu_smoke.py), with a tiny Llama on NumberLine, the library's gates open from iteration 1.
 
 * forge with self-distillation, the KL loss (reference worker) and verl's rollout correction (token IS weights),
-  a checkpoint at iteration 2, then a resume that continues at iteration 3 with the library, the actor, its
-  optimizer and the task sampler restored;
+  a checkpoint at iteration 2, exported by ``slea-rl export`` (verl's model merger) to a plain Hugging Face model
+  with the actor's weights and greedy tokens, then a resume that continues at iteration 3 with the library, the
+  actor, its optimizer and the task sampler restored;
 * grpo (verl's own advantage step on the rebuilt scores), 2 iterations: a gradient in every iteration whose
   advantages are not all zero, and none in an iteration whose groups all tied.
 
@@ -47,6 +48,7 @@ def test_forge_with_distillation_kl_and_rollout_correction_saves_and_resumes(tmp
     checkpoint = tmp_path / "run" / "global_step_2"
     assert (checkpoint / "actor").is_dir() and (checkpoint / "forge_library").exists()
     assert (checkpoint / "data.pt").exists()  # verl's dataloader state: the task sampler
+    check_export(checkpoint, tmp_path / "export")
 
     resumed = smoke(tmp_path, "--distill", "--kl", "--save-freq", "2", "--group-size", "4", "--resume", "--iterations", "3",
                     ROLLOUT_IS, "trainer.test_freq=3", "actor_rollout_ref.rollout.val_kwargs.n=2")
@@ -60,6 +62,36 @@ def test_forge_with_distillation_kl_and_rollout_correction_saves_and_resumes(tmp
     assert validation["val/num_trajectories"] == validation["val_no_library/num_trajectories"] == 2 * 2
     assert 0.0 <= validation["val/success_rate"] <= 1.0 and 0.0 <= validation["val_no_library/success_rate"] <= 1.0
     assert "val/forge/lessons_checkable" in validation and "val_no_library/forge/lessons_checkable" not in validation
+
+
+def check_export(checkpoint: Path, out: Path) -> None:
+    """``slea-rl export`` of a verl checkpoint: the folder loads with plain transformers, its weights are the FSDP
+    shards' in bf16 (verl's merger writes bf16), and it generates the greedy tokens of the actor's fp32 weights
+    loaded into the model verl saved in ``actor/huggingface``."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from agent_system.testing.greedy import greedy_tokens
+    from recipe.forge.export import main as export
+
+    assert export([str(checkpoint), "--out", str(out)]) == 0
+    actor = checkpoint / "actor"
+    assert json.loads((actor / "fsdp_config.json").read_text())["world_size"] == 1  # one shard holds every tensor
+    shards = torch.load(actor / "model_world_size_1_rank_0.pt", map_location="cpu", weights_only=False)
+    weights = {name: tensor.to_local() if hasattr(tensor, "to_local") else tensor for name, tensor in shards.items()}
+    exported = AutoModelForCausalLM.from_pretrained(out)
+    state = exported.state_dict()
+    assert set(state) == set(weights) and all(torch.equal(state[k], v.bfloat16()) for k, v in weights.items())
+    actor_model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(actor / "huggingface"),
+                                                   dtype=torch.float32)
+    actor_model.load_state_dict(weights, strict=True)
+    tokenizer = AutoTokenizer.from_pretrained(actor / "huggingface")
+    assert greedy_tokens(exported, AutoTokenizer.from_pretrained(out)) == greedy_tokens(actor_model, tokenizer)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert (manifest["engine"], manifest["iteration"], manifest["policy"]["dtype"]) == ("verl", 2, "bfloat16")
+    assert manifest["config"]["trainer"]["engine"] == "verl" and manifest["packages"]["verl"] == "0.9.1"
+    library = json.loads((checkpoint / "forge_library" / "experience_library.json").read_text())["payload"]
+    assert manifest["library"]["entries"] == len(library["library"]["entries"]) > 0
 
 
 def test_grpo_trains_two_iterations(tmp_path):
