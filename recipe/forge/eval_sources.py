@@ -1,23 +1,23 @@
 """What ``slea-rl eval`` evaluates: a checkpoint of either engine or a plain Hugging Face model folder.
 
-* an embedded-engine checkpoint ``<run>/global_step_<k>/`` (``trainer_state.json``, ``policy/``, and for forge
-  ``library/``): the policy is built from the run config (the model path and LoRA keys it was trained with) and
-  the checkpoint's weights loaded into it, as a resume loads them;
-* a prompt-only checkpoint (``trainer_state.json`` and ``library/``, no ``policy/``): the library, played by the
-  endpoint of the run config's ``trainer.api``;
-* a verl checkpoint ``<run>/global_step_<k>/`` (``actor/``, and for forge ``forge_library/``): recognised, and
-  refused with the command that merges its FSDP shards into a Hugging Face folder first (``slea-rl export``);
-* a Hugging Face model folder (``config.json``): that model, no library.
+Checkpoints are recognised and checked as ``slea-rl export`` checks them (recipe/forge/export/checkpoint_source.py):
+
+* an embedded-engine checkpoint: the policy is built from the run config (the model path and LoRA keys it was
+  trained with) and the checkpoint's weights loaded into it, as a resume loads them;
+* a prompt-only checkpoint: its library, played by the endpoint of the run config's ``trainer.api``;
+* a verl checkpoint: the actor's FSDP shards merged by verl's model merger into a temporary Hugging Face folder
+  (as ``slea-rl export`` merges them), which is then played like a plain model;
+* a Hugging Face model folder (``config.json``, no checkpoint files): that model, no library.
 
 Every other path is refused with one line (:class:`EvalSourceError`).
 """
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from recipe.forge.export.checkpoint_source import ExportError, inspect_checkpoint
 
 
 class EvalSourceError(ValueError):
@@ -30,6 +30,7 @@ class EvalSource:
     path: Path
     iteration: int | None  # the checkpoint's iteration (None: a plain model folder)
     library_dir: Path | None  # the saved library, where the checkpoint has one
+    policy: Path | None = None  # the embedded engine's policy/ or verl's actor/
 
     @property
     def run_dir(self) -> Path | None:
@@ -41,43 +42,21 @@ class EvalSource:
         return self.path.name
 
 
-STEP_FOLDER = re.compile(r"global_step_(\d+)")
-
-
-def checkpoint_iteration(path: Path) -> int:
-    """The iteration of an embedded or prompt-only checkpoint, from its ``trainer_state.json``."""
-    state_file = path / "trainer_state.json"
-    try:
-        iteration = json.loads(state_file.read_text())["iteration"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise EvalSourceError(f"{state_file}: not a readable trainer state ({type(exc).__name__}: {exc})") from None
-    if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration < 0:
-        raise EvalSourceError(f"{state_file}: iteration {iteration!r} is not an integer >= 0")
-    return iteration
-
-
 def identify(path: str | Path) -> EvalSource:
     """What ``path`` is (see the module docstring), or EvalSourceError naming why it is none of them."""
     path = Path(path).expanduser()
     if not path.is_dir():
         raise EvalSourceError(f"{path}: no such folder (give a checkpoint global_step_<k>/ or a Hugging Face model folder)")
-    library = path / "library"
-    if (path / "trainer_state.json").exists():
-        iteration = checkpoint_iteration(path)
-        kind = "local" if (path / "policy").is_dir() else "api"
-        if kind == "api" and not library.is_dir():
-            raise EvalSourceError(f"{path}: a checkpoint with neither policy/ nor library/: nothing to evaluate")
-        return EvalSource(kind, path, iteration, library if library.is_dir() else None)
-    if (path / "actor").is_dir():
-        match = STEP_FOLDER.fullmatch(path.name)
-        if match is None:
-            raise EvalSourceError(f"{path}: a verl checkpoint folder is named global_step_<k>")
-        forge_library = path / "forge_library"
-        return EvalSource("verl", path, int(match.group(1)), forge_library if forge_library.exists() else None)
-    if (path / "config.json").is_file():
-        return EvalSource("hf", path, None, None)
-    raise EvalSourceError(f"{path}: not a checkpoint (no trainer_state.json, no actor/) nor a Hugging Face model "
-                          "folder (no config.json)")
+    is_checkpoint = (path / "trainer_state.json").exists() or (path / "actor").is_dir()
+    if (path / "config.json").is_file() and not is_checkpoint:
+        return EvalSource("hf", path.resolve(), None, None, path.resolve())
+    try:
+        checkpoint = inspect_checkpoint(path)
+    except ExportError as exc:
+        raise EvalSourceError(str(exc)) from None
+    if checkpoint.engine == "api" and checkpoint.library is None:
+        raise EvalSourceError(f"{path}: a prompt-only checkpoint without library/: nothing to evaluate")
+    return EvalSource(checkpoint.engine, checkpoint.path, checkpoint.iteration, checkpoint.library, checkpoint.policy)
 
 
 def library_folder(path: str | Path) -> Path:

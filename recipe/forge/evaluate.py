@@ -32,8 +32,10 @@ episode and pass) and ``trajectories/`` (rollout dumps that ``slea-rl-trajectori
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -119,8 +121,6 @@ class Player:
 
 def model_generator(run, source: EvalSource, model_dir: Path | None, batch_size: int):
     """The local HF generator of the checkpoint's policy (``model_dir``: a plain model folder instead)."""
-    import contextlib
-
     import torch
 
     from recipe.forge.engines.local.generation import HFGenerator
@@ -248,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     from agent_system.config_checks import ConfigError
 
     from recipe.forge.durable import CheckpointError
+    from recipe.forge.export.checkpoint_source import ExportError
 
     args, overrides = parser().parse_known_args(argv)
     try:
@@ -263,19 +264,13 @@ def main(argv: list[str] | None = None) -> int:
                 raise EvalSourceError(f"{source.path}: a plain model folder has no run folder; give --out")
             out_dir = source.run_dir / "eval" / source.name
         run = load_config(overrides, source)
-        model_dir = None
-        if source.kind == "hf":
-            model_dir = source.path
-        elif source.kind == "verl":
-            raise EvalSourceError(f"{source.path}: a verl checkpoint: merge its actor first (slea-rl export "
-                                  f"{source.path} --out <folder>) and evaluate that folder with --library-from "
-                                  f"{source.path}")
-        report = evaluate(run, source, tasks=run.data.val_batch_size if args.tasks is None else args.tasks,
-                          samples=run.rollout.val_copies if args.samples is None else args.samples,
-                          batch_size=args.batch_size, seed=run.seed if args.seed is None else args.seed,
-                          temperature=args.temperature, other_library=other, out_dir=out_dir,
-                          progress=not args.no_progress, model_dir=model_dir)
-    except (EvalSourceError, ConfigError, CheckpointError, ValueError) as exc:
+        with played_model(source) as model_dir:
+            report = evaluate(run, source, tasks=run.data.val_batch_size if args.tasks is None else args.tasks,
+                              samples=run.rollout.val_copies if args.samples is None else args.samples,
+                              batch_size=args.batch_size, seed=run.seed if args.seed is None else args.seed,
+                              temperature=args.temperature, other_library=other, out_dir=out_dir,
+                              progress=not args.no_progress, model_dir=model_dir)
+    except (EvalSourceError, ExportError, ConfigError, CheckpointError, ValueError) as exc:
         print(f"slea-rl eval: {exc}", file=sys.stderr)
         return 2
     from recipe.forge.eval_report import console_table
@@ -283,6 +278,23 @@ def main(argv: list[str] | None = None) -> int:
     print(console_table(report))
     print(f"written to {out_dir}")
     return 0
+
+
+@contextlib.contextmanager
+def played_model(source: EvalSource):
+    """The Hugging Face folder to play instead of a checkpoint's policy: a plain model's own folder; a verl
+    checkpoint's actor merged by verl's model merger into a temporary folder (removed afterwards); None for
+    the embedded and prompt-only engines' checkpoints."""
+    if source.kind == "hf":
+        yield source.path
+    elif source.kind == "verl":
+        from recipe.forge.export.policy_weights import write_verl_policy
+
+        with tempfile.TemporaryDirectory(prefix="slea_rl_eval_") as folder:
+            write_verl_policy(source.policy, Path(folder))
+            yield Path(folder)
+    else:
+        yield None
 
 
 def load_config(overrides: list[str], source: EvalSource):

@@ -117,7 +117,7 @@ def test_bad_inputs_end_with_one_line(tmp_path, checkpoint, capsys):
     cases = {
         str(tmp_path / "missing"): "no such folder",
         str(tmp_path / "empty"): "not a checkpoint",
-        str(damaged): "not a readable trainer state",
+        str(damaged): "trainer_state.json",
         model: "give --out",
     }
     for path, message in cases.items():
