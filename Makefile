@@ -1,6 +1,7 @@
 # The README's two commands: `make demo` (the main job on the embedded engine) and `make test`.
 # Each one creates or refreshes .venv by itself (scripts/ensure_venv.sh); `make test` also installs Chromium for
-# the viewer's browser test where it is missing and apt-get can (scripts/ensure_browser.sh).
+# the viewer's browser test where it is missing and apt-get can (scripts/ensure_browser.sh). PYTHONFAULTHANDLER:
+# a crash of the test process prints every thread's Python stack.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
@@ -17,7 +18,7 @@ demo: venv
 	$(PY) -m recipe.forge.main_forge +experiment=main_job $(ARGS)
 
 test: venv browser
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+	PYTHONFAULTHANDLER=1 $(PY) -m pytest tests $(PYTEST_ARGS)
 
 bench: venv
 	$(PY) scripts/bench_advantage.py

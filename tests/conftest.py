@@ -47,3 +47,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Close what tests of the verl engine's worker pieces left open in this process before the interpreter tears
+    down: the environment and library thread pools and the idle environment managers (whose worker processes
+    would otherwise be stopped only by atexit handlers, during teardown), and a Ray session. Imports nothing."""
+    import sys
+
+    for module, closer in (("recipe.forge.engines.verl.episode", "shutdown_environment_executor"),
+                           ("recipe.forge.engines.verl.library_channel", "shutdown_library_loader"),
+                           ("recipe.forge.engines.verl.manager_pool", "close_process_manager_pool")):
+        if module in sys.modules:
+            getattr(sys.modules[module], closer)()
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()

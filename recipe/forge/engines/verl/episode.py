@@ -165,3 +165,11 @@ class EpisodeSession:
             admissible_actions=obs.admissible[0],
             expert_action=self._manager.recorded_expert_actions([0])[0],
         )
+
+
+def shutdown_environment_executor() -> None:
+    """Stop the process's environment thread pool, if one was started (a test session's end)."""
+    global _EXECUTOR
+    if _EXECUTOR is not None:
+        _EXECUTOR.shutdown(wait=True, cancel_futures=True)
+        _EXECUTOR = None

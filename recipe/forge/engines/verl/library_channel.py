@@ -167,3 +167,11 @@ def provider_from_snapshot(snapshot: Any, tokenizer: Any = None) -> Any:
 
 
 WORKER_LIBRARY = WorkerLibrary()
+
+
+def shutdown_library_loader() -> None:
+    """Stop the process's library thread, if one was started (a test session's end)."""
+    global _LOADER
+    if _LOADER is not None:
+        _LOADER.shutdown(wait=True, cancel_futures=True)
+        _LOADER = None

@@ -117,3 +117,9 @@ def process_manager_pool() -> ManagerPool:
             _POOL = ManagerPool(max_idle_from_env())
             atexit.register(_POOL.close)
         return _POOL
+
+
+def close_process_manager_pool() -> None:
+    """Close the process's idle managers now rather than at exit (a test session's end)."""
+    if _POOL is not None:
+        _POOL.close()
