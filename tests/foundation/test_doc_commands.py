@@ -128,6 +128,15 @@ def test_documented_command_works(page, command, run_folder, check_examples, mon
         manifest = json.loads((out / "manifest.json").read_text())
         assert (manifest["engine"], manifest["policy"]) == ("api", None) and manifest["library"]["entries"] > 0
         assert (out / "library.md").stat().st_size > 0 and not (out / "config.json").exists()
+    elif words[:2] == ["slea-rl", "eval"]:  # played for real by tests/local_engine/test_eval_command.py
+        from recipe.forge.eval_sources import identify
+        from recipe.forge.evaluate import load_config, parser
+
+        monkeypatch.chdir(run_folder)
+        args, overrides = parser().parse_known_args(words[2:])
+        source = identify(args.checkpoint)
+        assert source.iteration == 20 and source.library_dir is not None
+        assert load_config(overrides + ["trainer.api.base_url=http://127.0.0.1:1/v1"], source).data.val_batch_size > 0
     elif words[0] == "slea-rl":
         monkeypatch.chdir(run_folder)  # the run folder the commands name (runs/...) lives here
         check_training_command(words[1:])
