@@ -219,12 +219,15 @@ def recorded_overrides(run_dir: Path | None) -> list[str]:
     """The overrides of the newest Hydra record in ``run_dir`` (``hydra/<time>/.hydra/overrides.yaml``), else []."""
     if run_dir is None:
         return []
-    records = sorted((run_dir / "hydra").glob("*/.hydra/overrides.yaml"))
-    if not records:
-        return []
     from omegaconf import OmegaConf
 
-    return [str(item) for item in OmegaConf.load(records[-1])]
+    from recipe.forge.export.manifest import hydra_record
+
+    record = hydra_record(run_dir)
+    overrides = None if record is None else record.with_name("overrides.yaml")
+    if overrides is None or not overrides.is_file():
+        return []
+    return [str(item) for item in OmegaConf.load(overrides)]
 
 
 def parser() -> argparse.ArgumentParser:
