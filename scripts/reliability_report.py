@@ -679,7 +679,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON line (default: one count per line)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions of each attack")
     args = parser.parse_args(argv)
-    with warnings.catch_warnings():
+    # what the attacked runs print (progress, a taken-over lock) goes to stderr: stdout holds the report alone
+    with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
         warnings.simplefilter("ignore")
         result = report(args.quick)
     result["all_caught"] = all_caught(result)

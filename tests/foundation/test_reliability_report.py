@@ -66,3 +66,13 @@ def test_issue_24_readers_keep_hostile_text_inert(report):
     """The trajectory page and the library diff, fed scripts, handlers, terminal escapes and bad folders."""
     r = report.issue_24_attacks(quick=True)
     assert report.issue_24_caught(r), r
+
+
+def test_json_output_is_the_report_alone_whatever_the_attacked_runs_print(report, monkeypatch, capsys):
+    """An attacked run's console line (a taken-over lock, say) goes to stderr: ``--json`` prints one JSON line."""
+    monkeypatch.setattr(report, "report", lambda quick: print("[slea-rl] run folder x: taking over the lock") or {"x": 1})
+    monkeypatch.setattr(report, "all_caught", lambda r: True)
+    assert report.main(["--json"]) == 0
+    printed = capsys.readouterr()
+    assert printed.out.splitlines() == ['{"all_caught": true, "x": 1}']
+    assert "taking over the lock" in printed.err
