@@ -49,6 +49,11 @@ EDITS = {
     "float cluster id": (lambda p: _entry(p).update(cluster_ids=[1.5]), "cluster ids are integers >= 0"),
     "negative support": (lambda p: _entry(p).update(support=-4), "support=-4 must be >= 1"),
     "negative retrieval count": (lambda p: _entry(p).update(retrieval_count=-1), "must be >= 0"),
+    "negative shown episodes": (lambda p: _entry(p).update(shown_episodes=-1), "shown_episodes=-1 must be >= 0"),
+    "fractional episode count": (lambda p: _entry(p).update(unshown_episodes=1.5), "has the wrong type"),
+    "more successes than episodes": (
+        lambda p: _entry(p).update(unshown_successes=_entry(p)["unshown_episodes"] + 1),
+        "unshown_successes=\\d+ exceeds unshown_episodes"),
     "unknown entry field": (lambda p: _entry(p).update(extra=1), "unknown field 'extra'"),
     "empty text": (lambda p: _entry(p).update(text="  "), "text is empty"),
     "text is a list": (lambda p: _entry(p).update(text=["x"]), "has the wrong type"),

@@ -188,3 +188,25 @@ def test_the_lesson_quality_of_an_iteration_reaches_the_driver_metrics(run_confi
     assert second["forge/lesson_precision"] == 0.5 and second["forge/lessons_checkable"] == 1.0
     assert second["forge/lesson_precision/example"] == 1.0 and second["forge/lesson_precision/diagnostic"] == 0.0
     assert second["forge/lesson_conflict"] == 0.0  # the two lessons are about different states
+
+
+def test_the_driver_counts_lesson_outcomes_on_its_own_clusters(run_config_factory, tmp_path):
+    """The workers' rows carry worker-local cluster ids; the driver's evolve files them under its own clusters
+    before it counts. A lesson linked to room C and shown to u-1 (won) at room A: u-1 is its shown episode; u-2
+    (lost, rooms A and C, not shown it) its episode at the same clusters."""
+    from recipe.forge.experience.library import Candidate
+    from recipe.forge.experience.system import PROVISIONAL_BASE
+
+    cfg = run_config_factory(["trainer.engine=verl", "algorithm.adv_estimator=forge", "algorithm.forge.extractor=rule",
+                              f"algorithm.forge.checkpoint_dir={tmp_path}"])
+    driver = LibraryDriver.from_trainer_config(cfg)
+    rows = make_rows()  # u-1 won: B, A; u-2 lost: A, C (rows out of step order)
+    room = dict(zip((r["anchor_obs"] for r in rows), driver.absorb(rows)))
+    [lesson] = driver.system.library.insert_unchecked(
+        [Candidate("Lesson about room C.", "golden", "principle", 1.0, cluster_ids=[room["room C"]])], 0)
+    local = {"room A": PROVISIONAL_BASE + 1, "room B": PROVISIONAL_BASE + 2, "room C": PROVISIONAL_BASE + 3}
+    shown = [dict(r, cluster_id=local[r["anchor_obs"]], experience_ids=[str(lesson)] if i == 1 else [])
+             for i, r in enumerate(rows)]  # row 1 is u-1's first step, at room A
+    driver.end_iteration(shown, iteration=0)
+    entry = driver.system.library.entries[lesson]
+    assert (entry.shown_episodes, entry.shown_successes, entry.unshown_episodes, entry.unshown_successes) == (1, 1, 1, 0)

@@ -5,7 +5,8 @@ Rules (SLEA-RL paper):
 * capacity per level: ``golden_capacity`` for principle/method/example, ``warning_capacity`` for
   mistake/pattern/diagnostic;
 * novelty: a candidate whose similarity to an entry of the same zone and level reaches ``novelty_threshold``
-  is merged into the most similar one (score becomes the max of both, support adds up, cluster links join);
+  is merged into the most similar one (score becomes the max of both, support adds up, cluster links join; the
+  entry's retrieval and outcome counters stay as they are: a candidate was shown to no step);
 * admission: a novel candidate enters a full level only if it ranks above the level's lowest entry, which it
   replaces: a higher score, or an equal score with more support, or equal score and support (it is new
   evidence, from this iteration) against an entry last updated in an earlier iteration. Under binary rewards
@@ -104,6 +105,12 @@ class Candidate:
 
 @dataclass
 class ExperienceEntry:
+    """A lesson in the library. ``retrieval_count``: the steps it was injected into. The outcome counters
+    (recipe/forge/experience/outcomes.py, counted once per training iteration): ``shown_episodes`` /
+    ``shown_successes``, the episodes with at least one step shown this entry and how many of them succeeded;
+    ``unshown_episodes`` / ``unshown_successes``, the other episodes with at least one step at one of its linked
+    clusters, and how many of those succeeded. A novelty merge keeps them as they are."""
+
     entry_id: int
     text: str
     zone: str
@@ -118,6 +125,10 @@ class ExperienceEntry:
     created_iter: int = 0
     updated_iter: int = 0
     advice: Advice | None = None
+    shown_episodes: int = 0
+    shown_successes: int = 0
+    unshown_episodes: int = 0
+    unshown_successes: int = 0
 
     def rank_key(self) -> tuple:
         """Larger is better: score, then support, then recency, then the older entry."""

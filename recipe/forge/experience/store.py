@@ -10,7 +10,8 @@ name. A crash at any moment leaves either the previous complete file or the new 
 one folder never delete each other's temporaries.
 Loading never returns an empty library for a bad file: a missing, truncated, damaged, foreign or newer file,
 and one whose checksum matches but whose content is not a valid library (a wrong type, a NaN score, a
-negative count, an unknown field), raises :class:`CheckpointError` naming the file and what is wrong.
+negative count, more successes than episodes, an unknown field), raises :class:`CheckpointError` naming the
+file and what is wrong.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 from recipe.forge.durable import CheckpointError, write_atomic
 from recipe.forge.experience.library import LEVELS
 from recipe.forge.experience.metrics import RetrievalStats
+from recipe.forge.experience.outcomes import OUTCOME_FIELDS
 
 FORMAT = "slea-rl-experience"
 SCHEMA_VERSION = 1
@@ -36,7 +38,8 @@ ENTRY_FIELDS = {
     "task_type": (str, type(None)), "key": str, "cluster_ids": list, "support": int, "retrieval_count": int,
     "created_iter": int, "updated_iter": int,
 }
-OPTIONAL_ENTRY_FIELDS = {"advice": (dict, type(None))}  # absent in libraries saved before lessons carried advice
+# absent in libraries saved before lessons carried advice (None) and before the outcome counters (0)
+OPTIONAL_ENTRY_FIELDS = {"advice": (dict, type(None)), **dict.fromkeys(OUTCOME_FIELDS, int)}
 ADVICE_FIELDS = {"state": str, "do": list, "avoid": list, "expert": (str, type(None))}
 CLUSTER_FIELDS = {"cluster_id": int, "prototype": str, "uses": int, "created_iter": int, "last_used_iter": int}
 PAYLOAD_FIELDS = {"iteration": int, "version": int, "library": dict, "index": dict, "counters": dict, "config": dict}
@@ -46,7 +49,8 @@ INDEX_FIELDS = {"threshold": (int, float), "max_clusters": int, "exact": bool, "
                 "clusters": list}
 # fields that count something (>= 0); support counts the trajectories behind an entry (>= 1)
 NON_NEGATIVE = ("entry_id", "retrieval_count", "created_iter", "updated_iter", "cluster_id", "uses",
-                "last_used_iter", "iteration", "version", "next_id", "evicted", "golden_capacity", "warning_capacity")
+                "last_used_iter", "iteration", "version", "next_id", "evicted", "golden_capacity", "warning_capacity",
+                *OUTCOME_FIELDS)
 COUNTER_SECTIONS = ("totals", "extractor", "retrieval")
 TOTALS = ("strategies_added", "warnings_added", "merged", "rejected", "pruned")  # evolution totals of a system
 
@@ -187,6 +191,7 @@ def validate_payload(payload: dict[str, Any], source: str) -> None:
             raise CheckpointError(f"{where}.text is empty")
         if entry["support"] < 1:
             raise CheckpointError(f"{where}.support={entry['support']} must be >= 1")
+        _check_outcomes(entry, where)
         for cid in entry["cluster_ids"]:
             if isinstance(cid, bool) or not isinstance(cid, int) or cid < 0:
                 raise CheckpointError(f"{where}.cluster_ids holds {_short(cid)}; cluster ids are integers >= 0")
@@ -198,6 +203,14 @@ def validate_payload(payload: dict[str, Any], source: str) -> None:
             raise CheckpointError(f"{where}.cluster_id={cluster['cluster_id']} is duplicated or >= next_id")
         clusters.add(cluster["cluster_id"])
     _check_counters(payload["counters"], f"{source}: counters")
+
+
+def _check_outcomes(entry: dict[str, Any], where: str) -> None:
+    """An entry's successes within its episodes, in each outcome group (absent counters are 0)."""
+    for group in ("shown", "unshown"):
+        successes, episodes = entry.get(f"{group}_successes", 0), entry.get(f"{group}_episodes", 0)
+        if successes > episodes:
+            raise CheckpointError(f"{where}.{group}_successes={successes} exceeds {group}_episodes={episodes}")
 
 
 def _check_counters(counters: dict[str, Any], where: str) -> None:

@@ -12,7 +12,8 @@ its observation is too far from their keys for the fallback (entry key k, sim(a,
 sim(b, k) = 0.70: a finds the entry by the fallback, b in a's cluster gets it through the link). On a
 distributed worker the link goes into the worker's private copy of the library; the driver's library gets it,
 with the retrieval counts, when ``evolve`` absorbs the step records (their ``cluster_id`` and
-``experience_ids``), the same way for every engine.
+``experience_ids``), the same way for every engine; then, on those driver clusters, each entry's outcome
+counters count the iteration's episodes shown it and those at its clusters not shown it (outcomes.py).
 
 Distributed use: ``snap = system.snapshot()`` is a plain, picklable, JSON-serialisable read-only view with a
 ``version``; a worker builds ``ExperienceSystem.from_snapshot(snap).provider``. ``snapshot(with_search=True)``
@@ -37,6 +38,7 @@ from recipe.forge.experience.extract_rule import RuleExtractor
 from recipe.forge.experience.index import ObservationIndex
 from recipe.forge.experience.lesson_quality import injected_lesson_stats, lesson_quality_stats, library_precision
 from recipe.forge.experience.library import GOLDEN, WARNING, ExperienceLibrary
+from recipe.forge.experience.outcomes import count_outcomes
 from recipe.forge.experience.metrics import RetrievalStats, injected_level_stats, injection_stats, step_group_stats
 from recipe.forge.experience.render import ExperienceRenderer
 from recipe.forge.experience.retrieval import Retriever, gates_open
@@ -204,8 +206,9 @@ class ExperienceSystem:
     # per iteration -------------------------------------------------------------------------------------------
 
     def evolve(self, trajectories: Sequence[TrajectoryRecord], iteration: int) -> dict[str, float]:
-        """Evolve the library from this iteration's trajectories; save it to checkpoint_dir (when set) every
-        library_save_freq iterations."""
+        """Evolve the library from this iteration's training trajectories; save it to checkpoint_dir (when set)
+        every library_save_freq iterations. First the steps are absorbed (driver clusters, retrieval counts) and
+        the entries' outcome counters count the episodes (outcomes.py)."""
         if self.view:
             raise RuntimeError("a snapshot-backed ExperienceSystem is read-only; evolve the driver's system")
         self.iteration = int(iteration)
@@ -214,6 +217,7 @@ class ExperienceSystem:
         groups = step_group_stats(steps)  # the advantage's step groups: the clusters that drove retrieval
         injected = self.injecting  # the gate the rollout ran under: this iteration, the library before evolving
         self.absorb(steps)
+        count_outcomes(self.library, trajectories)  # on the driver's clusters, before this evolution's changes
         shown = injected_level_stats(steps, self.library.entries)  # the library the steps were shown lessons from
         shown.update(injected_lesson_stats(steps, self.library.entries))
         result = evolve_library(
