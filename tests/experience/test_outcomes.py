@@ -1,5 +1,5 @@
 """Per-entry episode outcomes (recipe/forge/experience/outcomes.py): counted by ``ExperienceSystem.evolve`` from
-the training episodes, on the driver's clusters; saved, snapshotted and merged.
+the training episodes, on the driver's clusters; saved, snapshotted and merged; shown by the viewer and the diff.
 
 The hand-worked library: entries 0, 1 and 2 linked to the clusters of observations A, B and C. Iteration 0's
 episodes (success, steps as observation[shown ids]):
@@ -31,6 +31,7 @@ from recipe.forge.experience.library import Candidate
 from recipe.forge.experience.outcomes import OUTCOME_FIELDS
 from recipe.forge.experience.store import FILENAME, _canonical, load_payload
 from recipe.forge.experience.system import PROVISIONAL_BASE
+from recipe.forge.experience.viewer import main as viewer_main
 from tests.experience.conftest import make_traj
 
 A = "You arrive at fridge 1. The fridge 1 is closed."
@@ -139,7 +140,7 @@ def _strip_outcomes(folder):
     (folder / FILENAME).write_text(json.dumps(document))
 
 
-def test_a_library_saved_before_the_counters_loads_with_zeros(hand_worked, tmp_path):
+def test_a_library_saved_before_the_counters_loads_with_zeros_and_shows_dashes(hand_worked, tmp_path, capsys):
     system, _ = hand_worked
     system.save(tmp_path)
     _strip_outcomes(tmp_path)
@@ -147,6 +148,51 @@ def test_a_library_saved_before_the_counters_loads_with_zeros(hand_worked, tmp_p
     resumed = ExperienceSystem.from_checkpoint(tmp_path)
     assert len(resumed.library) == len(system.library)
     assert all(counts(e) == (0, 0, 0, 0) for e in resumed.library.all_entries())
+    assert viewer_main([str(tmp_path), "--export-json", str(tmp_path / "v.json")]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("shown: -; same clusters, not shown: -; difference: -") == len(system.library)
+    rows = [r for levels in json.loads((tmp_path / "v.json").read_text())["zones"].values()
+            for level in levels.values() for r in level]
+    assert rows and all(tuple(r[name] for name in OUTCOME_FIELDS) == (0, 0, 0, 0) for r in rows)
+
+
+def test_the_viewer_shows_the_rates_and_their_difference(hand_worked, tmp_path, capsys):
+    system, _ = hand_worked
+    system.save(tmp_path / "ck")
+    out_json, out_md, out_html = tmp_path / "v.json", tmp_path / "v.md", tmp_path / "v.html"
+    assert viewer_main([str(tmp_path / "ck"), "--export-json", str(out_json), "--export-md", str(out_md),
+                        "--export-html", str(out_html)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    below = {line.split("  ")[-1]: printed[n + 1].strip() for n, line in enumerate(printed) if line.startswith("    #")}
+    assert below[LESSONS[0]] == "shown: 1/2 (50%); same clusters, not shown: 1/1 (100%); difference: -50 pp"
+    assert below[LESSONS[1]] == "shown: 0/1 (0%); same clusters, not shown: 2/2 (100%); difference: -100 pp"
+    assert below[LESSONS[2]] == "shown: 0/1 (0%); same clusters, not shown: 3/4 (75%); difference: -75 pp"
+    view = json.loads(out_json.read_text())
+    [row] = [r for r in view["zones"]["golden"]["principle"] if r["entry_id"] == 2]
+    assert row["outcomes"] == {"shown": {"successes": 0, "episodes": 1, "rate": 0.0},
+                               "unshown": {"successes": 3, "episodes": 4, "rate": 0.75}, "difference": -0.75}
+    assert (row["shown_episodes"], row["unshown_successes"]) == (1, 3)
+    markdown = out_md.read_text()
+    assert "| retrieved | shown | same clusters, not shown | difference | verdict |" in markdown
+    assert "| 1/2 (50%) | 1/1 (100%) | -50 pp | not checkable | Lesson linked to the fridge. |" in markdown
+    page = out_html.read_text()
+    assert "<th>shown</th><th>same clusters, not shown</th><th>difference</th>" in page
+    assert "<td>0/1 (0%)</td><td>2/2 (100%)</td><td>-100 pp</td>" in page
+
+
+def test_the_diff_shows_the_outcomes_of_the_listed_entries(hand_worked, tmp_path, capsys):
+    system, _ = hand_worked
+    system.save(tmp_path / "a")
+    assert system.library.admit(Candidate(LESSONS[0], "golden", "principle", 1.0), 1)[0] == "merged"
+    system.save(tmp_path / "b")
+    assert viewer_main(["diff", str(tmp_path / "a"), str(tmp_path / "b"), "--export-md", str(tmp_path / "d.md")]) == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("merged")]
+    assert "shown: 1/2 (50%); same clusters, not shown: 1/1 (100%); difference: -50 pp;" in line
+    assert "| 1/2 (50%) | 1/1 (100%) | -50 pp | Lesson linked to the fridge. |" in (tmp_path / "d.md").read_text()
+    assert viewer_main(["diff", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]) == 0
+    [merged] = json.loads(capsys.readouterr().out)["zones"]["golden"]["principle"]["merged"]
+    assert merged["entry_id"] == 0 and merged["outcomes"]["shown"] == {"successes": 1, "episodes": 2, "rate": 0.5}
+    assert merged["outcomes"]["difference"] == -0.5
 
 
 # an independent reference on random episodes ------------------------------------------------------------------

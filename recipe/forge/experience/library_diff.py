@@ -16,9 +16,13 @@ never reused within a run). Per zone and level the diff lists:
 * **re-scored**: in both, with another score (``old -> new``; a merge keeps the higher score).
 
 Each entry shows its retrieval count in B and how much it grew since A (``retrieval_count``: the steps it was
-injected into). Ids created after A and gone again by B are counted (``added_then_dropped``): their zone and
-level are not saved anywhere. An id present in both with another zone, level or text means the two files are
-not checkpoints of one run: that, and a missing or damaged file, is one error line and exit status 2.
+injected into), and its episode outcomes in B (in A for a pruned entry; recipe/forge/experience/outcomes.py):
+``shown: s/n (rate)`` of the training episodes shown it, ``same clusters, not shown: s/n (rate)`` of those at its
+clusters not shown it, and the difference in percentage points, ``-`` where a group has no episodes (``outcomes``
+in the JSON: successes, episodes and rate of each group, and the difference). Ids created after A and gone again
+by B are counted (``added_then_dropped``): their zone and level are not saved anywhere. An id present in both
+with another zone, level or text means the two files are not checkpoints of one run: that, and a missing or
+damaged file, is one error line and exit status 2.
 Every lesson text is shown inert (recipe/forge/safe_text.py) in the console and the Markdown; ``--json``
 writes ASCII JSON (every control character escaped).
 """
@@ -32,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe.forge.experience.library import LEVELS
+from recipe.forge.experience.outcomes import OUTCOME_COLUMNS, outcome_cells, outcome_summary, outcome_text
 from recipe.forge.experience.store import FILENAME, CheckpointError, load_payload
 from recipe.forge.safe_text import markdown_text, terminal_text
 
@@ -51,9 +56,12 @@ def library_path(path: str | Path) -> Path:
 
 
 def _row(entry: dict[str, Any], before: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One listed entry: its fields in B (in A for a pruned one), its outcomes (outcomes.outcome_summary) and, with
+    ``before`` (its A version), what changed."""
     row = {"entry_id": entry["entry_id"], "text": entry["text"], "score": entry["score"],
            "support": entry["support"], "retrieval_count": entry["retrieval_count"],
-           "created_iter": entry["created_iter"], "updated_iter": entry["updated_iter"]}
+           "created_iter": entry["created_iter"], "updated_iter": entry["updated_iter"],
+           "outcomes": outcome_summary(entry)}
     if before is not None:
         row.update(old_score=before["score"], support_gained=entry["support"] - before["support"],
                    retrievals_gained=entry["retrieval_count"] - before["retrieval_count"])
@@ -130,7 +138,8 @@ def as_text(diff: dict[str, Any]) -> str:
             for kind, rows in kinds.items():
                 for r in rows:
                     lines.append(f"  {LABELS[kind]:<9} #{r['entry_id']:<5} {_change(kind, r)}; {_retrieved(r)}; "
-                                 f"it={r['created_iter']}-{r['updated_iter']}  {terminal_text(r['text'])}")
+                                 f"{outcome_text(r['outcomes'])}; it={r['created_iter']}-{r['updated_iter']}  "
+                                 f"{terminal_text(r['text'])}")
     return "\n".join(lines)
 
 
@@ -142,9 +151,11 @@ def as_markdown(diff: dict[str, Any]) -> str:
             out += [f"### {level} (" + ", ".join(f"{LABELS[k]} {len(v)}" for k, v in kinds.items()) + ")", ""]
             rows = [(kind, r) for kind, found in kinds.items() for r in found]
             if rows:
-                out += ["| change | id | what | retrieved | text |", "|---|---:|---|---|---|"]
+                out += [f"| change | id | what | retrieved | {' | '.join(OUTCOME_COLUMNS)} | text |",
+                        "|---|---:|---|---|---:|---:|---:|---|"]
                 out += [f"| {LABELS[kind]} | {r['entry_id']} | {_change(kind, r)} | {_retrieved(r)} | "
-                        f"{markdown_text(r['text'])} |" for kind, r in rows]
+                        f"{' | '.join(outcome_cells(r['outcomes']))} | {markdown_text(r['text'])} |"
+                        for kind, r in rows]
                 out.append("")
     return "\n".join(out)
 

@@ -22,11 +22,16 @@ whose clusters they visit. Entries this iteration's evolution adds were shown to
 Validation passes never reach ``evolve`` and count nothing. A novelty merge of a candidate into an entry keeps
 the entry's counters as they are (a candidate was shown to no episode; entries never merge into each other),
 and a pruned entry's counters go with it.
+
+The success rate of each group is successes / episodes (none without episodes); where both groups have
+episodes their difference (shown minus not shown) is shown too. The difference compares episodes of one run,
+across iterations and policies, and retrieval decides who is shown what: it describes, it does not measure a
+causal effect.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from agent_system.multi_turn_rollout.protocols import TrajectoryRecord
 
@@ -34,6 +39,9 @@ if TYPE_CHECKING:
     from recipe.forge.experience.library import ExperienceLibrary
 
 OUTCOME_FIELDS = ("shown_episodes", "shown_successes", "unshown_episodes", "unshown_successes")
+SHOWN_LABEL = "shown"
+UNSHOWN_LABEL = "same clusters, not shown"
+OUTCOME_COLUMNS = (SHOWN_LABEL, UNSHOWN_LABEL, "difference")  # the viewer's and the diff's table columns
 
 
 def episode_exposure(library: "ExperienceLibrary", trajectory: TrajectoryRecord) -> tuple[set[int], set[int]]:
@@ -61,3 +69,41 @@ def count_outcomes(library: "ExperienceLibrary", trajectories: Sequence[Trajecto
             entry = library.entries[entry_id]
             entry.unshown_episodes += 1
             entry.unshown_successes += won
+
+
+def _group(successes: int, episodes: int) -> dict[str, Any]:
+    return {"successes": successes, "episodes": episodes, "rate": successes / episodes if episodes else None}
+
+
+def outcome_summary(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved entry's outcomes: ``{"shown": {successes, episodes, rate}, "unshown": {...}, "difference"}``,
+    the rates None without episodes, the difference (shown rate minus not-shown rate) None unless both exist.
+    An entry saved before the counters existed has 0 everywhere."""
+    shown = _group(int(entry.get("shown_successes", 0)), int(entry.get("shown_episodes", 0)))
+    unshown = _group(int(entry.get("unshown_successes", 0)), int(entry.get("unshown_episodes", 0)))
+    both = shown["rate"] is not None and unshown["rate"] is not None
+    return {"shown": shown, "unshown": unshown, "difference": shown["rate"] - unshown["rate"] if both else None}
+
+
+def group_text(group: Mapping[str, Any]) -> str:
+    """``3/4 (75%)``, or ``-`` without episodes."""
+    if group["rate"] is None:
+        return "-"
+    return f"{group['successes']}/{group['episodes']} ({group['rate']:.0%})"
+
+
+def difference_text(summary: Mapping[str, Any]) -> str:
+    """``+50 pp`` (percentage points, shown minus not shown), or ``-`` unless both groups have episodes."""
+    difference = summary["difference"]
+    return "-" if difference is None else f"{100 * difference:+.0f} pp"
+
+
+def outcome_cells(summary: Mapping[str, Any]) -> tuple[str, str, str]:
+    """The cells of ``OUTCOME_COLUMNS`` in a table row: ``3/4 (75%)``, ``1/4 (25%)``, ``+50 pp``."""
+    return group_text(summary["shown"]), group_text(summary["unshown"]), difference_text(summary)
+
+
+def outcome_text(summary: Mapping[str, Any]) -> str:
+    """``shown: 3/4 (75%); same clusters, not shown: 1/4 (25%); difference: +50 pp`` (``-`` where missing)."""
+    return (f"{SHOWN_LABEL}: {group_text(summary['shown'])}; {UNSHOWN_LABEL}: {group_text(summary['unshown'])}; "
+            f"difference: {difference_text(summary)}")

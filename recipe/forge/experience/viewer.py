@@ -8,7 +8,10 @@ and export it as JSON, Markdown or HTML.
 
 The checkpoint is validated first (a damaged file is reported with what is wrong; exit status 2). Every entry
 shows its verdict against the environment's expert (recipe/forge/experience/lesson_quality.py): ``right``,
-``wrong`` or ``not checkable`` (no advice, or no expert where it was drawn), and every level its counts.
+``wrong`` or ``not checkable`` (no advice, or no expert where it was drawn), and every level its counts. Every
+entry also shows how the training episodes shown it ended against the episodes at its clusters not shown it
+(recipe/forge/experience/outcomes.py): ``shown: 3/4 (75%)``, ``same clusters, not shown: 1/4 (25%)`` and their
+difference ``+50 pp``, ``-`` where a group has no episodes.
 Lesson texts and prototypes quote model output: the console view and the Markdown export show them through
 recipe/forge/safe_text.py (no terminal escape, no live markup), the HTML export escapes them as HTML.
 """
@@ -28,6 +31,8 @@ import numpy as np
 from recipe.forge.experience import library_diff
 from recipe.forge.experience.lesson_quality import RIGHT, WRONG, verdict
 from recipe.forge.experience.library import LEVELS, Advice
+from recipe.forge.experience.outcomes import (OUTCOME_COLUMNS, OUTCOME_FIELDS, outcome_cells, outcome_summary,
+                                              outcome_text)
 from recipe.forge.experience.store import CheckpointError, load_payload
 from recipe.forge.safe_text import markdown_text, terminal_text
 
@@ -44,8 +49,10 @@ def entry_verdict(entry: dict[str, Any]) -> str:
 
 def organise(payload: dict[str, Any], zone: str | None = None, top: int | None = None) -> dict[str, Any]:
     """The checkpoint as zones -> levels -> entries (best first: score, support, recency; each with its
-    ``verdict``), the verdict counts of every level (all its entries, also beyond ``top``) and cluster stats."""
-    entries = [{**e, "verdict": entry_verdict(e)} for e in payload["library"]["entries"]]
+    ``verdict`` and its ``outcomes``, outcomes.outcome_summary; outcome counters a library saved before them lacks
+    are 0), the verdict counts of every level (all its entries, also beyond ``top``) and cluster stats."""
+    entries = [{**dict.fromkeys(OUTCOME_FIELDS, 0), **e, "verdict": entry_verdict(e), "outcomes": outcome_summary(e)}
+               for e in payload["library"]["entries"]]
     zones: dict[str, dict[str, list[dict]]] = {}
     verdicts: dict[str, dict[str, dict[str, int]]] = {}
     for z, levels in LEVELS.items():
@@ -111,6 +118,7 @@ def as_text(view: dict[str, Any]) -> str:
                 lines.append(f"    #{e['entry_id']:<5} score={e['score']:<7.3g} support={e['support']:<3} "
                              f"retrieved={e['retrieval_count']:<4} clusters={len(e['cluster_ids']):<3} "
                              f"it={e['created_iter']}-{e['updated_iter']}  {e['verdict']:<13}  {terminal_text(e['text'])}")
+                lines.append(f"           {outcome_text(e['outcomes'])}")
     c = view["clusters"]
     lines.append(f"\n== clusters ==\n  count {c['count']} (evicted {c['evicted']}, exact mode {c['exact_mode']}, "
                  f"threshold {c['threshold']}), uses mean {c['uses_mean']:.2f} max {c['uses_max']}, "
@@ -127,9 +135,11 @@ def as_markdown(view: dict[str, Any]) -> str:
         out.append(f"## {zone.capitalize()} zone")
         for level, rows in levels.items():
             out += [f"### {level} ({len(rows)}; {verdict_counts(view['verdicts'][zone][level])})", "",
-                    "| id | score | support | retrieved | verdict | text |", "|---:|---:|---:|---:|---|---|"]
+                    f"| id | score | support | retrieved | {' | '.join(OUTCOME_COLUMNS)} | verdict | text |",
+                    "|---:|---:|---:|---:|---:|---:|---:|---|---|"]
             out += [f"| {e['entry_id']} | {e['score']:.3g} | {e['support']} | {e['retrieval_count']} | "
-                    f"{e['verdict']} | {markdown_text(e['text'])} |" for e in rows]
+                    f"{' | '.join(outcome_cells(e['outcomes']))} | {e['verdict']} | {markdown_text(e['text'])} |"
+                    for e in rows]
             out.append("")
     c = view["clusters"]
     out += ["## Clusters", "", f"{c['count']} clusters, {c['evicted']} evicted, mean uses {c['uses_mean']:.2f}, "
@@ -151,10 +161,14 @@ def as_html(view: dict[str, Any]) -> str:
         parts.append(f"<h2>{esc(zone)} zone</h2>")
         for level, rows in levels.items():
             counts = esc(verdict_counts(view["verdicts"][zone][level]))
+            outcome_heads = "".join(f"<th>{esc(name)}</th>" for name in OUTCOME_COLUMNS)
             parts.append(f"<h3>{esc(level)} ({len(rows)}; {counts})</h3><table border='1'><tr><th>id</th>"
-                         "<th>score</th><th>support</th><th>retrieved</th><th>verdict</th><th>text</th></tr>")
+                         f"<th>score</th><th>support</th><th>retrieved</th>{outcome_heads}<th>verdict</th>"
+                         "<th>text</th></tr>")
             parts += [f"<tr id='{entry_anchor(e['entry_id'])}'><td>{e['entry_id']}</td><td>{e['score']:.3g}</td><td>{e['support']}</td>"
-                      f"<td>{e['retrieval_count']}</td><td>{esc(e['verdict'])}</td><td>{esc(e['text'])}</td></tr>"
+                      f"<td>{e['retrieval_count']}</td>"
+                      + "".join(f"<td>{esc(cell)}</td>" for cell in outcome_cells(e["outcomes"]))
+                      + f"<td>{esc(e['verdict'])}</td><td>{esc(e['text'])}</td></tr>"
                       for e in rows]
             parts.append("</table>")
     c = view["clusters"]
