@@ -31,12 +31,10 @@ causal effect.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from agent_system.multi_turn_rollout.protocols import TrajectoryRecord
-
-if TYPE_CHECKING:
-    from recipe.forge.experience.library import ExperienceLibrary
+from recipe.forge.experience.library import ExperienceLibrary
 
 OUTCOME_FIELDS = ("shown_episodes", "shown_successes", "unshown_episodes", "unshown_successes")
 SHOWN_LABEL = "shown"
@@ -44,7 +42,7 @@ UNSHOWN_LABEL = "same clusters, not shown"
 OUTCOME_COLUMNS = (SHOWN_LABEL, UNSHOWN_LABEL, "difference")  # the viewer's and the diff's table columns
 
 
-def episode_exposure(library: "ExperienceLibrary", trajectory: TrajectoryRecord) -> tuple[set[int], set[int]]:
+def episode_exposure(library: ExperienceLibrary, trajectory: TrajectoryRecord) -> tuple[set[int], set[int]]:
     """(ids of the library's entries ``trajectory`` was shown, ids of the other entries linked to a cluster one
     of its steps visited)."""
     shown = {int(raw) for step in trajectory.steps for raw in step.experience_ids} & library.entries.keys()
@@ -54,7 +52,7 @@ def episode_exposure(library: "ExperienceLibrary", trajectory: TrajectoryRecord)
     return shown, linked - shown
 
 
-def count_outcomes(library: "ExperienceLibrary", trajectories: Sequence[TrajectoryRecord]) -> None:
+def count_outcomes(library: ExperienceLibrary, trajectories: Sequence[TrajectoryRecord]) -> None:
     """Add one iteration's episodes to the outcome counters of the library's entries (module docstring)."""
     for trajectory in trajectories:
         if trajectory.failure_reason is not None:
