@@ -1,5 +1,5 @@
 """Fixtures for the embedded engine's tests: the SmolLM2 tokenizer (local conversion, no download), tiny
-random Llama models built from configs, and composed run configs."""
+random Llama models built from configs, a tiny random Qwen2.5-VL folder, and composed run configs."""
 
 from __future__ import annotations
 
@@ -47,6 +47,14 @@ NUMBERLINE_PROMPTS = [
     f"Move the current position to the target position on the number line.\n\nCurrent state:\nTarget: {t}\nCurrent: {c}"
     for t in range(4) for c in range(4) if t != c
 ]
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm_dir(tmp_path_factory) -> Path:
+    """A tiny random Qwen2.5-VL folder (recipe/forge/engines/local/tiny_vlm.py)."""
+    from recipe.forge.engines.local.tiny_vlm import save_tiny_vlm_dir
+
+    return Path(save_tiny_vlm_dir(tmp_path_factory.mktemp("tiny_qwen2_5_vl")))
 
 
 @pytest.fixture
