@@ -31,7 +31,8 @@ def completion(content: str | None = "<action>+", choices: list | None = None) -
 
 class ChatStub:
     """``ChatStub(plan)``: ``plan()`` names the fault of each request (``"ok"`` for none). ``sent`` counts what
-    was answered, ``times`` holds each request's arrival (``time.monotonic``)."""
+    was answered, ``times`` holds each request's arrival (``time.monotonic``), ``bodies`` each request's JSON
+    body (in arrival order)."""
 
     def __init__(self, plan: Callable[[], str], retry_after: str = "0.01", slow_s: float = 1.0):
         self.plan = plan
@@ -39,6 +40,7 @@ class ChatStub:
         self.slow_s = slow_s
         self.sent: Counter[str] = Counter()
         self.times: list[float] = []
+        self.bodies: list[dict] = []
         self._lock = threading.Lock()
 
     @classmethod
@@ -56,12 +58,15 @@ class ChatStub:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return
-        while (await receive()).get("more_body"):
-            pass
+        body, more = b"", True
+        while more:
+            event = await receive()
+            body, more = body + event.get("body", b""), event.get("more_body", False)
         with self._lock:
             fault = self.plan()
             self.sent[fault] += 1
             self.times.append(time.monotonic())
+            self.bodies.append(json.loads(body))
         await self._answer(fault, send)
 
     async def _answer(self, fault: str, send) -> None:

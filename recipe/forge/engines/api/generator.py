@@ -3,7 +3,8 @@
 Passing faults (no connection, timeouts, cut transfers, 429, 5xx) are retried under ``trainer.api``'s retry
 keys (retry.py); a malformed reply (not JSON, HTML, no choices, no message) gives that step no action (an
 invalid action), counted in ``api/malformed_replies``; an endpoint that stays down or refuses the requests
-themselves raises EndpointError naming the endpoint and the last error."""
+themselves raises EndpointError naming the endpoint and the last error. Image observations are sent as
+``image_url`` content parts holding PNG data URLs (chat_content.py)."""
 
 from __future__ import annotations
 
@@ -16,18 +17,11 @@ import numpy as np
 
 from agent_system.environments.projection import valid_unicode
 from agent_system.multi_turn_rollout.protocols import GenerationOutput, Message, SampleStream, SamplingParams
+from recipe.forge.engines.api.chat_content import openai_message
 from recipe.forge.engines.api.retry import MalformedReply, Retrier, RetryPolicy
 
 if TYPE_CHECKING:
     from recipe.forge.engines.api.runner import ApiSettings
-
-
-def _text_only(message: Message) -> dict[str, str]:
-    """Chat APIs take text content here; image parts of multimodal prompts are dropped."""
-    content = message["content"]
-    if isinstance(content, list):
-        content = "\n".join(part.get("text", "") for part in content if part.get("type") == "text")
-    return {"role": message["role"], "content": content}
 
 
 class OpenAIGenerator:
@@ -52,17 +46,17 @@ class OpenAIGenerator:
         self.malformed = 0  # replies that gave their step no action
         self._count_lock = threading.Lock()
 
-    def _request(self, messages: list[Message], sampling: SamplingParams, timeout_s: float,
+    def _request(self, messages: list[dict[str, Any]], sampling: SamplingParams, timeout_s: float,
                  seed: int | None = None) -> Any:
-        """One try; a body the client cannot read as a chat completion is a MalformedReply. ``seed``: the
-        request's ``seed`` parameter (none sent when None)."""
+        """One try with ``messages`` as the endpoint takes them (openai_message); a body the client cannot read as
+        a chat completion is a MalformedReply. ``seed``: the request's ``seed`` parameter (none sent when None)."""
         import openai
 
         greedy = not sampling.do_sample or sampling.temperature <= 0
         try:
             reply = self.client.chat.completions.create(
                 model=self.settings.model,
-                messages=[_text_only(m) for m in messages],
+                messages=messages,
                 temperature=0.0 if greedy else sampling.temperature,
                 top_p=sampling.top_p,
                 max_tokens=sampling.max_new_tokens,
@@ -80,8 +74,9 @@ class OpenAIGenerator:
         return choices[0]
 
     def _one(self, messages: list[Message], sampling: SamplingParams, seed: int | None = None) -> GenerationOutput:
+        chat = [openai_message(m) for m in messages]  # encoded once for all tries; a bad image raises here
         try:
-            choice = self.retrier.call(lambda timeout_s: self._request(messages, sampling, timeout_s, seed))
+            choice = self.retrier.call(lambda timeout_s: self._request(chat, sampling, timeout_s, seed))
         except MalformedReply:
             with self._count_lock:
                 self.malformed += 1
