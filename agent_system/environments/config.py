@@ -104,6 +104,14 @@ class EnvConfig:
     appworld: AppworldConfig = field(default_factory=AppworldConfig)
     dial_lock: DialLockConfig = field(default_factory=DialLockConfig)
 
+    def image_mode_key(self) -> str | None:
+        """``env.sokoban.mode`` or ``env.gym_cards.mode`` when that key, set to ``rgb_array`` for the chosen
+        environment, makes the observations images; None when they are text."""
+        family = self.env_name.split("/")[0]
+        if family in ("sokoban", "gym_cards") and getattr(self, family).mode == "rgb_array":
+            return f"env.{family}.mode"
+        return None
+
     def validate(self, known_env_names: list[str]) -> None:
         check_choice("env.env_name", self.env_name, known_env_names)
         check_int("env.seed", self.seed, 0)

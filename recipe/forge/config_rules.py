@@ -201,3 +201,20 @@ def check_records_expert(env_name: str) -> None:
         raise ConfigError(f"algorithm.forge.extractor=oracle needs the expert's action on every step, and "
                           f"env.env_name={env_name!r} does not record it (its manager's records_expert_actions is "
                           "False: an expert too slow to ask at every step); use algorithm.forge.extractor=rule")
+
+
+def check_model_reads_images(env: Any, model_key: str, model_path: str) -> None:
+    """An environment that shows images (``env.sokoban.mode`` / ``env.gym_cards.mode`` = ``rgb_array``) needs a
+    policy that reads them: a text-only model is refused here, naming both keys. The reverse is allowed: a
+    vision-language model reads text-only prompts as any language model does. A model whose config.json cannot
+    be read offline (a hub id outside the local cache) is not judged here."""
+    from recipe.forge.engines.local.model_paths import reads_images
+
+    image_key = env.image_mode_key()
+    if image_key is None or reads_images(model_path) is not False:
+        return
+    raise ConfigError(
+        f"{image_key}=rgb_array gives image observations, but {model_key}={model_path!r} is a text-only model (no "
+        f"vision_config in its config.json); use a vision-language model (e.g. Qwen/Qwen2.5-VL-3B-Instruct; a tiny "
+        f"random one for CPU trials: python scripts/make_tiny_vlm.py --out DIR) or {image_key}=text"
+    )

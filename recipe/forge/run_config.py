@@ -29,6 +29,7 @@ from recipe.forge.run_length import total_iterations
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 RESUME_MODES = ("disable", "auto", "resume_path")
 ROLLOUT = "actor_rollout_ref.rollout"
+MODEL_PATH = "actor_rollout_ref.model.path"
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,7 @@ def check_run_config(cfg: DictConfig) -> tuple[str, Any, DataSection, dict[str, 
     """Every check of a composed run config that needs neither verl nor torch: SLEA-RL's sections, the environment
     and every key the chosen engine reads. Returns the engine, the typed environment, ``data`` and the engine's
     sections read so far (``policy`` still without verl's typed objects)."""
-    from recipe.forge.config_rules import check_config_values
+    from recipe.forge.config_rules import check_config_values, check_model_reads_images
 
     env = check_config_values(cfg)
     reader = ConfigReader(cfg)
@@ -189,6 +190,8 @@ def check_run_config(cfg: DictConfig) -> tuple[str, Any, DataSection, dict[str, 
         from recipe.forge.engines.local.settings import read_policy_keys
 
         sections["policy"] = read_policy_keys(reader)
+    if engine in ("local", "verl"):  # the prompt-only engine's endpoint model cannot be inspected from here
+        check_model_reads_images(env, MODEL_PATH, reader.text(MODEL_PATH))
     if engine == "api":
         from recipe.forge.engines.api.runner import read_api_settings
 

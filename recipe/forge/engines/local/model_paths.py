@@ -1,12 +1,14 @@
 """What a model path in the config may be, checked without loading anything (no torch, no network).
 
 ``actor_rollout_ref.model.path`` (and ``critic.model.path``) is the SmolLM2 alias, an existing local Hugging
-Face model folder, or a hub id whose files the local Hugging Face cache already holds.
+Face model folder, or a hub id whose files the local Hugging Face cache already holds. :func:`reads_images` tells
+a vision-language model from a text-only one by its config.json.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -55,3 +57,35 @@ def model_path_problem(path: str) -> str | None:
     return (f"is not a local folder and the hub model is not in the local Hugging Face cache "
             f"({constants.HF_HUB_CACHE}); nothing is downloaded at start-up: fetch it first "
             f"(huggingface-cli download {path}) or give a local model folder")
+
+
+def _config_file(path: str) -> Path | None:
+    """The config.json of the model at ``path`` (a local folder, or a hub id in the local Hugging Face cache);
+    None where there is none to read here."""
+    local = Path(path).expanduser()
+    if local.exists() or _looks_local(path):
+        return local / "config.json" if (local / "config.json").is_file() else None
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        cached = try_to_load_from_cache(repo_id=path, filename="config.json")
+    except HFValidationError:
+        return None
+    return Path(cached) if isinstance(cached, str) else None
+
+
+def reads_images(path: str) -> bool | None:
+    """Whether the model at ``path`` takes images: True for a vision-language model (its config.json has a
+    ``vision_config``, as Qwen2.5-VL, Qwen3-VL, LLaVA and Gemma 3 have), False for a text-only one (the SmolLM2
+    alias included), None where its config.json cannot be read offline (a hub id outside the local cache)."""
+    if path.lower() == SMOLLM2_ALIAS:
+        return False
+    file = _config_file(path)
+    if file is None:
+        return None
+    try:
+        config = json.loads(file.read_text())
+    except (OSError, ValueError):  # unreadable or not JSON: the model's own loading says what is wrong
+        return None
+    return "vision_config" in config if isinstance(config, dict) else None

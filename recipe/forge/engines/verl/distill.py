@@ -47,8 +47,7 @@ def check_distillation_config(algorithm: Any, env: Any) -> None:
             f"algorithm.forge.distill_temperature={forge.distill_temperature} must be 1.0 on the verl engine: the "
             "log-probs come from verl's actor pass at the rollout temperature"
         )
-    image_modes = [getattr(env, name).mode for name in ("sokoban", "gym_cards") if env.env_name.startswith(name)]
-    if "rgb_array" in image_modes:
+    if env.image_mode_key() is not None:
         raise ConfigError("algorithm.forge.use_distillation on the verl engine supports text observations only")
 
 
