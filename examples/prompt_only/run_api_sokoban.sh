@@ -4,6 +4,8 @@
 # library evolution are the same as in training. Metrics show how much the evolving library alone helps.
 #   API_BASE=http://127.0.0.1:8000/v1 API_MODEL=Qwen/Qwen2.5-7B-Instruct bash examples/prompt_only/run_api_sokoban.sh
 #   (the API key is read from the environment variable named by trainer.api.api_key_env, OPENAI_API_KEY)
+# Visual Sokoban: append env.sokoban.mode=rgb_array. Each observation is then sent as a PNG image_url part before
+# the prompt, so the endpoint's model must take images (GPT-4o, GPT-4o-mini, a vLLM server of Qwen2.5-VL).
 set -euo pipefail
 
 API_BASE=${API_BASE:-https://api.openai.com/v1}

@@ -1,14 +1,15 @@
-"""Every command in docs/coming_from_verl_agent.md and docs/outputs.md works as written, and so does every run
-script command of docs/gpu_cluster.md (its other commands, `ray start` and the install, need a cluster or are
-tested in test_install.py).
+"""Every command in docs/coming_from_verl_agent.md, docs/outputs.md and docs/environments.md works as written, and
+so does every run script command of docs/gpu_cluster.md (its other commands, `ray start` and the install, need a
+cluster or are tested in test_install.py).
 
 Commands are the lines of the pages' ```bash blocks. Each kind is exercised the cheapest honest way:
 training commands (``slea-rl ...``) compose their config and pass every start-up check of their engine
 (the same checks a real start makes before any model is loaded; running them is the job of the engine tests,
-e.g. tests/local_engine/test_evaluate.py for ``trainer.val_only``); run scripts with extra overrides go
-through scripts/check_examples.py with those overrides appended; the viewer, the export, the plotting script and
-TensorBoard run for real on a run folder built here (a library evolved from scripted NumberLine episodes and
-their rollout dumps, the main job's recorded metrics, a TensorBoard event file).
+e.g. tests/local_engine/test_evaluate.py for ``trainer.val_only``); run scripts with extra overrides (and
+``VAR=value`` settings before them) go through scripts/check_examples.py with those overrides appended; the viewer,
+the export, the plotting script, the tiny VLM builder and TensorBoard run for real on a run folder built here (a
+library evolved from scripted NumberLine episodes and their rollout dumps, the main job's recorded metrics, a
+TensorBoard event file).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = ("docs/coming_from_verl_agent.md", "docs/outputs.md")
+PAGES = ("docs/coming_from_verl_agent.md", "docs/outputs.md", "docs/environments.md")
 RUN = "runs/slea_rl/forge_numberline"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
 OUR_COMMAND = re.compile(r"^(slea-rl|python -m recipe\.|python scripts/|bash (examples|scripts)/)", re.M)
@@ -117,8 +118,10 @@ def check_training_command(arguments: list[str]) -> None:
 
 
 @pytest.mark.parametrize("page, command", ALL, ids=[f"{Path(p).stem}:{c[:60]}" for p, c in ALL])
-def test_documented_command_works(page, command, run_folder, check_examples, monkeypatch):
+def test_documented_command_works(page, command, run_folder, check_examples, load_script, monkeypatch):
     words = shlex.split(command)
+    while re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):  # settings for a run script, which check_examples ignores
+        words = words[1:]
     if words[:2] == ["slea-rl", "export"]:  # the fixture's checkpoints are prompt-only: the library and manifest
         from recipe.forge.export import main as export
 
@@ -166,6 +169,11 @@ def test_documented_command_works(page, command, run_folder, check_examples, mon
         assert (out / "trajectories.html").stat().st_size > 0 and (out / "trajectories.md").stat().st_size > 0
         if "--library" in words:
             assert "library.html#entry-" in (out / "trajectories.html").read_text(encoding="utf-8")
+    elif words[:2] == ["python", "scripts/make_tiny_vlm.py"]:
+        monkeypatch.chdir(run_folder)
+        load_script("make_tiny_vlm.py").main(words[2:])
+        config = json.loads((run_folder / words[words.index("--out") + 1] / "config.json").read_text())
+        assert "vision_config" in config
     elif words[:2] == ["python", "scripts/plot_training.py"]:
         argv = [w.replace("runs/", f"{run_folder}/runs/") for w in words[2:]]
         argv = [str(run_folder / w) if w.endswith(".png") else w for w in argv]
