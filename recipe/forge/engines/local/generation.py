@@ -4,6 +4,12 @@ A hand-written decoding loop over a KV cache rather than ``model.generate``: it 
 log-probs the update recomputes (log softmax of logits / temperature, before any top-k/top-p filtering,
 which only narrows what is sampled), stops each row at EOS or at a stop string such as ``</action>``, and
 drops finished rows from the cache so the rest of the batch decodes faster.
+
+With a vision-language model's processor, chats with image parts are encoded by it (vision_inputs.py): the
+prefill runs the images' patches with the model's 3-D rotary positions over the whole padded prompt batch, and
+each decoded token takes the row's largest position so far plus one, which is what the model gives text after
+its prompt. The step records keep the images (in their messages), from which the training batch processes them
+again for the update (vision_inputs.py).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from torch import nn
 
 from agent_system.multi_turn_rollout.protocols import GenerationOutput, Message, SampleStream, SamplingParams
 from recipe.forge.engines.local.sequences import forward_inputs, pack
+from recipe.forge.engines.local.vision_inputs import ImagePrompts, PromptImages
 
 
 class HFGenerator:
@@ -30,13 +37,17 @@ class HFGenerator:
         autocast: context-manager factory for the forward passes (bf16 autocast, or none).
         response_prefix: text appended after the generation prompt (e.g. ``"<action>"``); it is part of the
             prompt ids and is prepended to the returned text, so a small model starts in the answer format.
-        share_prompt_prefix: prefill the tokens the batch's prompts share once (sequences.forward_inputs).
+        share_prompt_prefix: prefill the tokens the batch's prompts share once (sequences.forward_inputs; a batch
+            with images runs plain).
+        processor: a vision-language model's processor (vision_processor.load_processor): chats are encoded by
+            it, images included; None for a text model (chats are encoded by ``tokenizer``).
     """
 
     def __init__(self, model: nn.Module, tokenizer, batch_size: int = 64, generator: torch.Generator | None = None,
                  autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-                 response_prefix: str = "", share_prompt_prefix: bool = True):
+                 response_prefix: str = "", share_prompt_prefix: bool = True, processor=None):
         self.model = model
+        self.image_prompts = None if processor is None else ImagePrompts(processor)
         self.share_prompt_prefix = share_prompt_prefix
         self.autocast = autocast
         self.response_prefix = response_prefix
@@ -45,17 +56,24 @@ class HFGenerator:
         self.rng = generator if generator is not None else torch.Generator().manual_seed(0)
         self.pad_id = tokenizer.pad_token_id
         eos = {tokenizer.eos_token_id}
-        config_eos = getattr(getattr(model, "config", None), "eos_token_id", None)
+        config_eos = getattr(_text_config(model), "eos_token_id", None)
         eos |= set(config_eos) if isinstance(config_eos, (list, tuple)) else {config_eos}
         self.eos_ids = torch.tensor(sorted(i for i in eos if i is not None), dtype=torch.long)
         self._stop_cache: dict[tuple[str, ...], torch.Tensor] = {}
         self.tokens_generated = 0
 
     # ------------------------------------------------------------------ prompts
-    def encode_prompt(self, messages: list[Message]) -> list[int]:
+    def encode(self, messages: list[Message]) -> tuple[list[int], PromptImages | None]:
+        """(prompt ids, the prompt's processed images or None) of ``messages`` as :meth:`generate` feeds them."""
+        if self.image_prompts is not None:
+            return self.image_prompts.encode(messages, self.response_prefix)
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         text += self.response_prefix
-        return self.tokenizer(text, add_special_tokens=False).input_ids
+        return self.tokenizer(text, add_special_tokens=False).input_ids, None
+
+    def encode_prompt(self, messages: list[Message]) -> list[int]:
+        """The prompt ids of ``messages`` (:meth:`encode` without the images)."""
+        return self.encode(messages)[0]
 
     def prompt_length(self, messages: list[Message]) -> int:
         """Tokens of the prompt :meth:`generate` feeds the model for ``messages`` (response prefix included)."""
@@ -66,18 +84,22 @@ class HFGenerator:
                  streams: Sequence[SampleStream] | None = None) -> list[GenerationOutput]:
         """``streams``: one per conversation; each conversation's tokens are then sampled from its own stream's
         ``torch.Generator`` (seeded with the stream's seed on first use) instead of the generator's ``rng``."""
-        prompts = [self.encode_prompt(m) for m in messages]
+        encoded = [self.encode(m) for m in messages]
+        prompts, images = [ids for ids, _ in encoded], [image for _, image in encoded]
         if streams is not None and len(streams) != len(prompts):
             raise ValueError(f"{len(streams)} sample streams for {len(prompts)} conversations")
         outputs: list[GenerationOutput] = []
         for start in range(0, len(prompts), self.batch_size):
             part = None if streams is None else streams[start:start + self.batch_size]
-            outputs.extend(self.generate_ids(prompts[start:start + self.batch_size], sampling, part))
+            outputs.extend(self.generate_ids(prompts[start:start + self.batch_size], sampling, part,
+                                             images[start:start + self.batch_size]))
         return outputs
 
     def generate_ids(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams,
-                     streams: Sequence[SampleStream] | None = None) -> list[GenerationOutput]:
-        """Decode a batch of tokenised prompts; returns outputs in input order."""
+                     streams: Sequence[SampleStream] | None = None,
+                     images: Sequence[PromptImages | None] | None = None) -> list[GenerationOutput]:
+        """Decode a batch of tokenised prompts (``images``: their images, one entry a prompt, as :meth:`encode`
+        gives them); returns outputs in input order."""
         rngs = None
         if streams is not None:
             for stream in streams:
@@ -86,22 +108,23 @@ class HFGenerator:
                 stream.draws += 1
             rngs = [stream.state for stream in streams]
         with torch.no_grad(), self.autocast():
-            return self._decode(prompts, sampling, rngs)
+            return self._decode(prompts, sampling, rngs, images)
 
     def _decode(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams,
-                rngs: Sequence[torch.Generator] | None = None) -> list[GenerationOutput]:
+                rngs: Sequence[torch.Generator] | None = None,
+                images: Sequence[PromptImages | None] | None = None) -> list[GenerationOutput]:
         bs = len(prompts)
         if bs == 0:
             return []
         was_training = self.model.training
         self.model.eval()
         device = next(self.model.parameters()).device
-        batch = pack(prompts, [[] for _ in prompts], self.pad_id, min_response_length=0).to(device)
+        batch = pack(prompts, [[] for _ in prompts], self.pad_id, min_response_length=0, images=images).to(device)
         prefill = {**forward_inputs(self.model, batch, self.share_prompt_prefix), "use_cache": True}
         out = self.model(**prefill, logits_to_keep=1)  # the LM head on the last column only
         cache, attention = out.past_key_values, prefill["attention_mask"]
         logits = out.logits[:, -1, :]
-        next_position = prefill["position_ids"][:, -1] + 1
+        next_position = next_positions(prefill["position_ids"])
         alive = torch.arange(bs)  # original row of each row still in the cache
         tokens: list[list[int]] = [[] for _ in range(bs)]
         logps: list[list[float]] = [[] for _ in range(bs)]
@@ -178,6 +201,22 @@ class HFGenerator:
             last_chars = {s[-1] for s in stop_strings if s}
             texts = self.tokenizer.batch_decode([[i] for i in range(vocab)])
             mask = torch.tensor([any(c in t for c in last_chars) for t in texts], dtype=torch.bool)
-            size = max(vocab, int(getattr(self.model.config, "vocab_size", vocab)))
+            size = max(vocab, int(getattr(_text_config(self.model), "vocab_size", vocab)))
             self._stop_cache[stop_strings] = F.pad(mask, (0, size - vocab))
         return self._stop_cache[stop_strings]
+
+
+def _text_config(model: nn.Module):
+    """The language model's config (the model's own for a text model, ``text_config`` for a vision-language one)."""
+    config = getattr(model, "config", None)
+    return config.get_text_config() if config is not None else None
+
+
+def next_positions(position_ids: torch.Tensor) -> torch.Tensor:
+    """(b,) the position of the token after each row of a prefill: one past the row's largest position.
+
+    ``position_ids``: (b, L) text positions or (3, b, L) multimodal ones, 0 on left padding. Text after a prompt
+    continues from its largest position in every component, so decoded tokens take plain (b, 1) positions.
+    """
+    largest = position_ids.amax(dim=-1)
+    return (largest.amax(dim=0) if position_ids.dim() == 3 else largest) + 1
