@@ -9,6 +9,7 @@ import torch
 
 from agent_system.multi_turn_rollout.protocols import RolloutBatch, StepRecord
 from recipe.forge.engines.local.sequences import PackedSequences, pack
+from recipe.forge.engines.local.vision_inputs import ImagePrompts
 from recipe.forge.step_samples import StepSamples, step_returns, token_level_scores
 
 
@@ -44,15 +45,18 @@ class StepBatch:
         return len(self.records)
 
 
-def build_step_batch(rollout: RolloutBatch, pad_id: int, gamma: float, invalid_penalty_coef: float) -> StepBatch:
+def build_step_batch(rollout: RolloutBatch, pad_id: int, gamma: float, invalid_penalty_coef: float,
+                     image_prompts: ImagePrompts | None = None) -> StepBatch:
     """Pack every step record of ``rollout`` that has a generated response into training tensors (GiGPO
-    semantics: one row per step); returns and scores by recipe/forge/step_samples.py."""
+    semantics: one row per step); returns and scores by recipe/forge/step_samples.py. ``image_prompts``: a
+    vision-language policy's encoder, which processes the images of each record's messages again for its row."""
     records = [s for s in rollout.steps if s.response_ids]
     if not records:
         raise ValueError("the rollout produced no step with a generated response; nothing to train on")
     samples = StepSamples.from_records(records, {t.traj_uid: t.episode_reward for t in rollout.trajectories},
                                        {t.traj_uid: t.success for t in rollout.trajectories})
-    packed = pack([r.prompt_ids for r in records], [r.response_ids for r in records], pad_id)
+    images = None if image_prompts is None else [image_prompts.images(r.messages, r.prompt_ids) for r in records]
+    packed = pack([r.prompt_ids for r in records], [r.response_ids for r in records], pad_id, images=images)
     n, r_len = packed.responses.shape
     old = torch.zeros((n, r_len), dtype=torch.float32)
     flat_logp = torch.tensor([lp for r in records for lp in r.logprobs], dtype=torch.float32)

@@ -124,7 +124,8 @@ class LocalTrainer:
         self.generator = HFGenerator(self.policy.model, self.tokenizer, local.generation_batch_size,
                                      self.sample_rng, autocast=self.autocast,
                                      response_prefix=local.response_prefix,
-                                     share_prompt_prefix=local.share_prompt_prefix)
+                                     share_prompt_prefix=local.share_prompt_prefix,
+                                     processor=self.policy.processor)
         self.train_envs, self.val_envs = make_envs(run, val_copies=run.rollout.val_copies)
         self.collector = TrajectoryCollector(dynamic_sampling=policy.filter_groups.enable,
                                              max_num_gen_batches=max(0, policy.filter_groups.max_num_gen_batches),
@@ -142,7 +143,8 @@ class LocalTrainer:
         self.optimizer = adamw(self.policy.trainable_parameters(), policy.actor.optim)
         self.critic, self.critic_optimizer = None, None
         if policy.use_critic:
-            self.critic = ValueModel(self._critic_backbone(components), self.policy.model.config.hidden_size)
+            self.critic = ValueModel(self._critic_backbone(components),
+                                     self.policy.model.config.get_text_config().hidden_size)
             self.critic.to(self.device)
             self.critic_optimizer = adamw(self.critic.parameters(), policy.critic_optim)
         self._build_lr_schedulers(done=0)
@@ -206,7 +208,7 @@ class LocalTrainer:
         timer.exclude("gen", "forge_retrieval")
         with timer.phase("prepare"):
             batch = build_step_batch(rollout, self.tokenizer.pad_token_id, self.algorithm.gamma,
-                                     self.algorithm.invalid_action_penalty_coef)
+                                     self.algorithm.invalid_action_penalty_coef, self.generator.image_prompts)
         if local.freeze_policy:  # the library alone (or the frozen policy itself): no update
             return self._finish_iteration(iteration, rollout, batch, generated, timer, {}, None)
         with timer.phase("prepare"):
@@ -276,7 +278,8 @@ class LocalTrainer:
             return None
         weight = library_distillation_weight(len(self.experience.library), forge)
         return DistillationInputs.of_batch(batch, self.generator.encode_prompt, self.tokenizer.pad_token_id, weight,
-                                           forge.divergence_type, forge.distill_temperature)
+                                           forge.divergence_type, forge.distill_temperature,
+                                           self.generator.image_prompts)
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> dict[str, float]:
