@@ -180,3 +180,15 @@ def test_a_resumed_run_continues_as_an_uninterrupted_one(tmp_path, tiny_vlm_dir,
         assert torch.equal(a, b), name
     keys = ("actor/pg_loss", "actor/grad_norm", "forge/library_total_size")
     assert {k: straight_history[-1][k] for k in keys} == {k: resumed_history[-1][k] for k in keys}
+
+
+def test_a_critic_on_a_vision_language_model_starts_from_its_weights_and_reads_the_images(tmp_path, tiny_vlm_dir,
+                                                                                          compose_cfg, run_overrides):
+    trainer = trainer_of(compose_cfg, run_overrides, tmp_path, tiny_vlm_dir, 1,
+                         ["algorithm.adv_estimator=gae", "critic.enable=true"])
+    policy = dict(trainer.policy.model.named_parameters())
+    backbone = dict(trainer.critic.backbone.named_parameters())
+    assert {name.split(".")[0] for name in backbone} == {"language_model", "visual"}
+    assert all(torch.equal(policy[f"model.{name}"], value) for name, value in backbone.items())
+    metrics = trainer.fit()[-1]
+    assert np.isfinite(metrics["critic/vf_loss"]) and metrics["actor/grad_norm"] > 0

@@ -176,11 +176,16 @@ class LocalTrainer:
     def _critic_backbone(self, components: Components) -> torch.nn.Module:
         if components.critic_backbone is not None:
             return components.critic_backbone
-        from transformers import AutoModel
+        from transformers import AutoModel, AutoModelForImageTextToText
 
         from recipe.forge.engines.local.model_loading import resolve_model_path
+        from recipe.forge.engines.local.model_paths import reads_images
 
         path = self.run.policy.critic_model_path or self.run.policy.model_path
+        if reads_images(path):
+            # AutoModel would not map a vision-language folder's saved names (model.layers.*) onto the bare model's
+            # modules (language_model.layers.*) and would start the language model from random weights
+            return AutoModelForImageTextToText.from_pretrained(resolve_model_path(path)).base_model
         return AutoModel.from_pretrained(resolve_model_path(path))
 
     def _policy_llm(self, prompt: str) -> str:
