@@ -112,11 +112,13 @@ def prepare_verl_config(run: RunConfig) -> DictConfig:
 
 def check_verl_engine_config(run: RunConfig) -> None:
     """What this engine cannot honour, refused before Ray starts (each error names the key)."""
+    from recipe.forge.engines.verl.batch_layout import check_micro_batches
     from recipe.forge.engines.verl.distill import check_distillation_config
     from recipe.forge.engines.verl.rollout_logprobs import check_rollout_log_probs
 
     cfg = verl_config(run)
     check_rollout_log_probs(cfg)
+    check_micro_batches(cfg, run.group_size)
     check_distillation_config(run.algorithm, run.env)
     if run.algorithm.forge.extractor == "llm" and resolve_device(cfg) == "cpu":
         raise ConfigError(

@@ -1,0 +1,83 @@
+"""Micro-batch sizes against data parallelism, refused at start-up (before Ray starts) with the key named.
+
+verl pads a step batch to a multiple of lcm(dp, ppo_mini_batch_size x rollout.n) and each rank cuts its share
+into micro-batches; a size that does not divide a rank's mini-batch stops verl mid-iteration with an assertion.
+The world-size-2 CPU run that first met it: scripts/verl_cpu_smoke.py with trainer.n_gpus_per_node=2 and
+micro-batches of 4 (2 tasks x 2 copies per mini-batch = 2 rows per rank).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_system.config_checks import ConfigError
+
+SMALL = ["trainer.engine=verl", "env.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+         "actor_rollout_ref.actor.use_dynamic_bsz=false", "trainer.n_gpus_per_node=1", "trainer.nnodes=1"]
+
+
+def overrides_with(*overrides: str) -> list[str]:
+    """SMALL with ``overrides`` replacing its keys."""
+    merged = dict(item.split("=", 1) for item in SMALL)
+    merged.update(item.split("=", 1) for item in overrides)
+    return [f"{key}={value}" for key, value in merged.items()]
+
+
+def load(run_config_factory, *overrides: str):
+    from recipe.forge.run_config import load_run_config
+
+    return load_run_config(run_config_factory(overrides_with(*overrides)))
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        # 2 tasks x 2 copies = 4 rows per mini-batch, 2 per rank at world size 2
+        (["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"],
+         r"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 does not divide the 2 rows per rank"),
+        (["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+          "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4"],
+         r"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4 does not divide the 2 rows"),
+        (["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+          "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4"],
+         r"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4 does not divide"),
+        # two nodes of one rank are two data-parallel ranks too
+        (["trainer.nnodes=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"],
+         r"ppo_micro_batch_size_per_gpu=4 does not divide the 2 rows per rank"),
+        # 4 rows cannot be shared by 3 ranks at all
+        (["trainer.n_gpus_per_node=3", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"],
+         r"actor_rollout_ref.actor.ppo_mini_batch_size \(2\) x env.rollout.n \(2\) = 4 rows .* 3 data-parallel ranks"),
+        # a critic's mini-batches and forward passes (gae), 3 tasks x 2 copies = 6 rows: 3 per rank
+        (["trainer.n_gpus_per_node=2", "algorithm.adv_estimator=gae", "critic.ppo_mini_batch_size=3",
+          "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1", "critic.ppo_micro_batch_size_per_gpu=2"],
+         r"critic.ppo_micro_batch_size_per_gpu=2 does not divide the 3 rows per rank in a critic mini-batch"),
+    ],
+)
+def test_micro_batches_that_do_not_divide_a_ranks_share_are_refused(run_config_factory, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load(run_config_factory, *overrides)
+
+
+def test_micro_batches_that_divide_are_accepted(run_config_factory):
+    # the same micro-batches of 4 are right at world size 1 (4 rows per mini-batch on the one rank)
+    load(run_config_factory, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4")
+    # at world size 2, 2 rows per rank: 1 or 2 divide
+    load(run_config_factory, "trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1")
+    # with dynamic batch sizes verl cuts by tokens: micro sizes are not used
+    load(run_config_factory, "trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.use_dynamic_bsz=true",
+         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4")
+
+
+def test_the_refusal_comes_before_ray_starts(run_config_factory, tmp_path):
+    import ray
+
+    from recipe.forge.engines.verl.main import run_verl
+    from recipe.forge.main_forge import validate
+
+    cfg = run_config_factory(overrides_with(f"trainer.default_local_dir={tmp_path}", "trainer.n_gpus_per_node=2",
+                                            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"))
+    with pytest.raises(ConfigError, match="ppo_micro_batch_size_per_gpu=4"):
+        run_verl(validate(cfg))
+    assert not ray.is_initialized() and not (tmp_path / "forge_tasks").exists()
