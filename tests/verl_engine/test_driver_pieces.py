@@ -210,3 +210,93 @@ def test_the_driver_counts_lesson_outcomes_on_its_own_clusters(run_config_factor
     driver.end_iteration(shown, iteration=0)
     entry = driver.system.library.entries[lesson]
     assert (entry.shown_episodes, entry.shown_successes, entry.unshown_episodes, entry.unshown_successes) == (1, 1, 1, 0)
+
+
+def two_workers_rows():
+    """One iteration's rows from two agent-loop workers, each minting worker-local cluster ids from
+    PROVISIONAL_BASE: worker 1 ran task u (observations "room X", "room Z"), worker 2 task v ("room Y", "room Z").
+    Both gave their first new observation the id PROVISIONAL_BASE, for different rooms, and "room Z" a different id
+    in each; "room A" is a cluster the driver published."""
+    from recipe.forge.experience.system import PROVISIONAL_BASE
+
+    def r(traj, step, obs, cluster, worker, ret):
+        messages = [{"role": "user", "content": f"prompt {obs}"}]
+        record = StepRecord(uid=traj.rsplit("-", 1)[0], traj_uid=traj, step=step, anchor_obs=obs, messages=messages,
+                            plain_messages=messages, response_text="<action>a</action>", action="a", prompt_ids=[],
+                            response_ids=[], logprobs=[], reward=ret if step == 2 else 0.0, is_action_valid=True,
+                            done=step == 2, cluster_id=cluster)
+        episode = TrajectoryRecord(uid=record.uid, traj_uid=traj, task="push the box", task_type=None, steps=[],
+                                   episode_reward=ret, success=ret > 0, length=3)
+        return row_from_record(record, episode, StepExtras(library_version=1, agent_worker=worker))
+
+    base = PROVISIONAL_BASE
+    rows = []
+    for copy, u_ret, v_ret in (("0", 1.0, 3.5), ("1", 0.0, 0.5)):
+        rows += [r(f"u-{copy}", 0, "room A", None, "host:1", u_ret), r(f"u-{copy}", 1, "room X", base, "host:1", u_ret),
+                 r(f"u-{copy}", 2, "room Z", base + 1, "host:1", u_ret)]
+        rows += [r(f"v-{copy}", 0, "room A", None, "host:2", v_ret), r(f"v-{copy}", 1, "room Y", base, "host:2", v_ret),
+                 r(f"v-{copy}", 2, "room Z", base + 5, "host:2", v_ret)]
+    return rows
+
+
+def test_two_workers_colliding_provisional_ids_map_to_the_right_driver_clusters(run_config_factory, tmp_path):
+    from recipe.forge.experience.system import PROVISIONAL_BASE
+
+    cfg = run_config_factory(["trainer.engine=verl", "algorithm.adv_estimator=forge", "algorithm.forge.extractor=rule",
+                              f"algorithm.forge.checkpoint_dir={tmp_path}"])
+    driver = LibraryDriver.from_trainer_config(cfg)
+    [room_a] = driver.absorb([make_rows()[1]])  # the driver's own cluster of "room A", published before the rollout
+    rows = [dict(row, cluster_id=room_a) if row["anchor_obs"] == "room A" else row for row in two_workers_rows()]
+    clusters = driver.absorb(rows)
+    by_room = {}
+    for row, cluster in zip(rows, clusters):
+        by_room.setdefault(row["anchor_obs"], set()).add(cluster)
+    assert all(len(ids) == 1 for ids in by_room.values()), by_room  # one driver cluster per observation
+    room = {obs: next(iter(ids)) for obs, ids in by_room.items()}
+    assert room["room A"] == room_a  # the published cluster is kept
+    # the same provisional id from two workers: two observations, two driver clusters; one observation under two
+    # provisional ids: one driver cluster
+    assert len({room["room A"], room["room X"], room["room Y"], room["room Z"]}) == 4
+    assert all(cluster < PROVISIONAL_BASE for cluster in room.values())
+    # the advantage's step groups are (task, cluster): the colliding ids of tasks u and v are four groups, not two
+    metrics = driver.end_iteration(rows, iteration=0)
+    assert metrics["forge/step_groups"] == 2 * 3  # per task: room A, its own new room, room Z
+    assert metrics["forge/provider_queries"] == len(rows)  # retrieval counted over both workers' steps
+
+
+def test_step_groups_of_one_task_do_not_depend_on_another_workers_ids():
+    """compute_batch_advantages groups by (uid, cluster): task u's advantages are the same with or without task v's
+    rows, which reuse u's provisional ids for other observations."""
+    import torch
+
+    from recipe.forge.config_schema import ForgeAlgoConfig
+    from recipe.forge.engines.verl.trainer import compute_batch_advantages
+
+    published = 3  # a cluster id of the driver's, for "room A"
+    rows = [{**row, "reward_extra_info": {}, "cluster_id": published if row["cluster_id"] is None else row["cluster_id"]}
+            for row in two_workers_rows()]
+    algo = ForgeAlgoConfig(gamma=0.9)
+
+    def advantages(subset):
+        uid = np.array([row["uid"] for row in subset], dtype=object)
+        mask = torch.ones(len(subset), 3, dtype=torch.int64)
+        return compute_batch_advantages("forge", uid, mask, subset, np.ones(len(subset), dtype=bool), algo)["advantages"]
+
+    both = advantages(rows)
+    u_rows = [i for i, row in enumerate(rows) if row["uid"] == "u"]
+    alone = advantages([rows[i] for i in u_rows])
+    assert both[u_rows].abs().max() > 0
+    torch.testing.assert_close(both[u_rows], alone)
+
+
+def test_distribution_metrics_of_two_workers():
+    from recipe.forge.engines.verl.distribution import distribution_metrics
+
+    rows = two_workers_rows()
+    assert distribution_metrics(rows) == {"forge/agent_workers_seen": 2.0, "forge/task_groups_split": 0.0,
+                                          "forge/rollout_servers_seen": 0.0, "forge/library_versions_seen": 1.0}
+    # a task whose copies ran in two workers, a second server, an older library version: each is counted
+    moved = dict(rows[0], agent_worker="host:2", rollout_server="slea_rl_hf_server_1", library_version=0)
+    metrics = distribution_metrics([moved, *rows[1:]])
+    assert metrics["forge/task_groups_split"] == 1.0 and metrics["forge/rollout_servers_seen"] == 1.0
+    assert metrics["forge/library_versions_seen"] == 2.0

@@ -57,7 +57,7 @@ def episode_b() -> TrajectoryRecord:
 
 EXTRAS_A = StepExtras(library_version=-1, experience_text="", experience_fallback=False, student_prompt_ids=None)
 EXTRAS_B = StepExtras(library_version=3, experience_text="Do: go", experience_fallback=True,
-                      student_prompt_ids=[5, 6])
+                      student_prompt_ids=[5, 6], agent_worker="node-1:4242", rollout_server="slea_rl_hf_server_1")
 
 
 def tokens_of(record: StepRecord) -> dict:

@@ -17,6 +17,8 @@ behaviours shape the output:
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -37,6 +39,7 @@ from recipe.forge.engines.verl.library_channel import NO_LIBRARY, WORKER_LIBRARY
 from recipe.forge.engines.verl.row_codec import StepExtras, row_from_record
 
 AGENT_NAME = "forge_agent"
+AGENT_WORKER = f"{socket.gethostname()}:{os.getpid()}"  # this agent-loop worker process, written into its rows
 KEEP_STOP_STRING = {"sglang": "no_stop_trim"}  # backend -> its name of "keep the stop string"; others: vLLM's
 
 
@@ -229,8 +232,9 @@ def episode_outputs(steps: Sequence[EpisodeStep], version: int | None, env_secon
             # An empty generation still is a step of the episode; one masked EOS keeps the row well formed.
             response_ids, mask = [eos_token_id], [0]
             logprobs = [0.0] if logprobs is not None else None
-        extras = StepExtras(library_version, s.experience.text, bool(s.experience.fallback), s.student_prompt_ids)
         server_fields = s.generation.server_fields
+        extras = StepExtras(library_version, s.experience.text, bool(s.experience.fallback), s.student_prompt_ids,
+                            agent_worker=AGENT_WORKER, rollout_server=str(server_fields.get("rollout_server") or ""))
         global_steps = server_fields.get("global_steps")
         extra = {
             **row_from_record(record, trajectory, extras),

@@ -29,6 +29,7 @@ from recipe.forge.engines.local.rollout_dump import decoded_prompt, rollout_dump
 from recipe.forge.engines.local.validation import pass_metrics
 from recipe.forge.engines.verl import step_batch
 from recipe.forge.engines.verl.distill import check_distillation_config
+from recipe.forge.engines.verl.distribution import distribution_metrics
 from recipe.forge.engines.verl.library_driver import LibraryDriver, RolloutServerLLM
 from recipe.forge.engines.verl.row_codec import record_from_row, samples_from_rows, trajectories_from_rows
 from recipe.forge.engines.verl.validation_dump import fetch_rows, write_validation
@@ -77,10 +78,12 @@ class ForgeSteps:
     def keep_iteration(self, rows: Sequence[dict]) -> dict[str, float]:
         """Keep this iteration's step rows (their extra_fields; no padding or distillation row) for
         ``end_iteration``; returns their episode metrics (success rate, return, length, valid actions) and the
-        prompt-length rule's ``prompt/*``, as the embedded engine logs them."""
+        prompt-length rule's ``prompt/*``, as the embedded engine logs them, and how the rollout was distributed
+        (distribution.distribution_metrics: workers, split task groups, servers, library versions)."""
         self._iteration_rows = list(rows)
         return {**step_batch.episode_metrics(samples_from_rows(self._iteration_rows)),
-                **prompt_metrics([record_from_row(row) for row in self._iteration_rows])}
+                **prompt_metrics([record_from_row(row) for row in self._iteration_rows]),
+                **distribution_metrics(self._iteration_rows)}
 
     def checkpoint_saved(self, folder: str) -> None:
         """verl wrote this iteration's checkpoint into ``folder``: ``end_iteration`` saves the library into it once

@@ -39,6 +39,7 @@ from verl.workers.utils.padding import response_from_nested, response_to_nested
 
 from recipe.forge.distillation import library_distillation_weight
 from recipe.forge.engines.verl.distill import distillation_advantage
+from recipe.forge.engines.verl.distribution import layout_metrics
 from recipe.forge.engines.verl.forge_steps import ForgeSteps
 from recipe.forge.engines.verl.metrics_file import MetricsFileTee, metrics_file_tracker
 from recipe.forge.engines.verl.rollout_logprobs import has_rollout_log_probs, rollout_correction_runs
@@ -348,6 +349,7 @@ class ForgeTrainer(PPOTrainerSync):
         # the rows keep the clusters that drove their retrieval (the workers' ids), the advantage's step groups:
         # evolution reports those groups, then files the steps under the driver's own clusters
         metrics.update(self.forge.keep_iteration([rows.extra[i] for i in np.flatnonzero(rows.real)]))
+        metrics.update(layout_metrics(self))
         return batch
 
     def on_step_end(self):

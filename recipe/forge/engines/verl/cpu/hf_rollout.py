@@ -72,10 +72,11 @@ class HFRolloutServer:
         max_batch_size: requests decoded together at most.
         seed: seed of the sampling RNG.
         num_threads: torch threads of this process (0: torch's default).
+        name: the server's name, returned with every generation (``rollout_server``), which the rows record.
     """
 
     def __init__(self, model_path: str, response_length: int, max_batch_size: int = 64, seed: int = 0,
-                 num_threads: int = 0):
+                 num_threads: int = 0, name: str = ""):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from recipe.forge.engines.local.generation import HFGenerator
@@ -92,6 +93,7 @@ class HFRolloutServer:
         self.max_batch_size = int(max_batch_size)
         self.global_steps: Optional[int] = None
         self.weight_version = 0
+        self.name = str(name)
         self._pending: list[_Request] = []
         self._worker: Optional[asyncio.Task] = None
 
@@ -110,7 +112,7 @@ class HFRolloutServer:
             token_ids=output.response_ids,
             log_probs=output.logprobs,
             stop_reason="completed",
-            extra_fields={"global_steps": self.global_steps},
+            extra_fields={"global_steps": self.global_steps, "rollout_server": self.name},
         )
 
     async def _drain(self) -> None:
@@ -197,6 +199,7 @@ class HFReplica(RolloutReplica):
                 max_batch_size=max(1, int(self.config.max_num_seqs)),
                 seed=int(getattr(self.config, "seed", 0) or 0) + self.replica_rank,
                 num_threads=int(os.environ.get("SLEA_RL_HF_SERVER_THREADS", "0")),
+                name=server_name(self.replica_rank),
             )
         )
         await server.set_global_steps.remote(None)  # waits until the model is loaded
