@@ -11,8 +11,17 @@ and reads the run's metrics.jsonl. Prints a table, or one JSON line with ``--jso
   success_rate and valid_action_ratio per iteration, seconds per iteration, wall_s, and the last validation's
   figures (``validation``: success rate and episodes with the library and without it; with trainer.test_freq set).
 
+  The layout: world_size (FSDP ranks), replicas (rollout servers), agent_workers, nodes, as the trainer ran them;
+  per iteration agent_workers_seen / rollout_servers_seen (that produced rows), task_groups_split (task groups
+  whose copies ran in two workers), library_versions_seen, rollout_actor_logprob_diff_maxes, pg_losses and
+  provider_queries.
+
 Usage: python scripts/verl_cpu_smoke.py [--json] [--estimator forge|gigpo|grpo] [--iterations 2] [--distill]
-       [--kl] [--save-freq N] [--resume] [--out DIR] [--model tiny|smollm2] [extra Hydra overrides ...]
+       [--kl] [--save-freq N] [--resume] [--out DIR] [--model tiny|smollm2] [--ranks N] [--nodes N]
+       [--agent-workers N] [extra Hydra overrides ...]
+
+--ranks N gives N FSDP2 ranks on gloo and, with tensor parallel size 1, N hf rollout replicas; micro-batch sizes
+are the largest that divide a rank's share (2 tasks x group size / (ranks x nodes) rows).
 """
 
 from __future__ import annotations
@@ -34,8 +43,21 @@ from recipe.forge.engines.local.tracking import read_metrics  # noqa: E402  (bot
 VALIDATION_FIGURES = ("success_rate", "num_trajectories", "lessons_checkable")
 
 
+MINI_BATCH_TASKS = 2  # actor_rollout_ref.actor.ppo_mini_batch_size: tasks per optimizer step
+
+
+def micro_batch_size(args: argparse.Namespace) -> int:
+    """The largest micro-batch that divides every rank's share: a mini-batch is MINI_BATCH_TASKS x group size rows,
+    split equally among the ranks x nodes data-parallel ranks (recipe/forge/engines/verl/batch_layout.py)."""
+    rows, ranks = MINI_BATCH_TASKS * args.group_size, args.ranks * args.nodes
+    if rows % ranks:
+        raise SystemExit(f"verl_cpu_smoke: a mini-batch of {MINI_BATCH_TASKS} tasks x {args.group_size} copies = "
+                         f"{rows} rows cannot be shared by {ranks} ranks (--ranks x --nodes); change --group-size")
+    return rows // ranks
+
+
 def run_overrides(args: argparse.Namespace, model_path: str, out: Path) -> list[str]:
-    micro = 2 * args.group_size
+    micro = micro_batch_size(args)
     overrides = [
         "trainer.engine=verl", "trainer.device=cpu", f"algorithm.adv_estimator={args.estimator}",
         "env.env_name=gym_cards/NumberLine-v0", "env.gym_cards.target_max=3", "env.max_steps=3",
@@ -44,14 +66,16 @@ def run_overrides(args: argparse.Namespace, model_path: str, out: Path) -> list[
         f"algorithm.forge.checkpoint_dir={out}/library", f"actor_rollout_ref.model.path={model_path}",
         "data.max_prompt_length=512", f"data.max_response_length={args.response_length}",
         "actor_rollout_ref.rollout.prompt_length=512", f"actor_rollout_ref.rollout.response_length={args.response_length}",
-        # verl pads the step rows to a multiple of ppo_mini_batch_size x rollout.n; micro-batches must divide it
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2", f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
+        # verl pads the step rows to a multiple of ppo_mini_batch_size x rollout.n and gives each rank an equal
+        # share; micro-batches must divide a rank's share of a mini-batch
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={MINI_BATCH_TASKS}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
         f"actor_rollout_ref.actor.use_kl_loss={args.kl}", f"actor_rollout_ref.actor.optim.lr={args.lr}",
-        "actor_rollout_ref.rollout.agent.num_workers=1", "reward.num_workers=1",
+        f"actor_rollout_ref.rollout.agent.num_workers={args.agent_workers}", "reward.num_workers=1",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-        "trainer.n_gpus_per_node=1", "trainer.nnodes=1", "trainer.logger=[console,jsonl]",
+        f"trainer.n_gpus_per_node={args.ranks}", f"trainer.nnodes={args.nodes}", "trainer.logger=[console,jsonl]",
         "trainer.val_before_train=false", "trainer.test_freq=-1", f"trainer.save_freq={args.save_freq}",
         f"trainer.resume_mode={'auto' if args.resume else 'disable'}", f"trainer.default_local_dir={out}/run",
         f"trainer.total_training_steps={args.iterations}", "trainer.total_epochs=1",
@@ -72,6 +96,17 @@ def summarise(history: list[dict], estimator: str, wall_s: float) -> dict:
     second = history[1] if len(history) > 1 else {}
     gaps = [h["forge/rollout_actor_logprob_diff_max"] for h in history if "forge/rollout_actor_logprob_diff_max" in h]
     return {
+        # the layout the trainer ran with (verl's worker group, server manager, agent-loop manager, resource pool)
+        "world_size": _int(last.get("forge/world_size")),
+        "replicas": _int(last.get("forge/rollout_replicas")),
+        "agent_workers": _int(last.get("forge/agent_workers")),
+        "nodes": _int(last.get("forge/nodes")),
+        # what the rows say, per iteration: workers and servers that produced rows, task groups split over
+        # workers, library versions retrieved from
+        "agent_workers_seen": [_int(h.get("forge/agent_workers_seen")) for h in history],
+        "rollout_servers_seen": [_int(h.get("forge/rollout_servers_seen")) for h in history],
+        "task_groups_split": [_int(h.get("forge/task_groups_split")) for h in history],
+        "library_versions_seen": [_int(h.get("forge/library_versions_seen")) for h in history],
         "iterations": len(history),
         "steps": [int(h["iteration"]) for h in history],
         "first_step": int(history[0]["iteration"]) if history else None,
@@ -81,6 +116,9 @@ def summarise(history: list[dict], estimator: str, wall_s: float) -> dict:
         "advantage_abs_max": [advantage_abs_max(h) for h in history],
         "experiences_per_step": second.get("forge/experiences_per_step"),
         "rollout_actor_logprob_diff_max": max(gaps) if gaps else None,
+        "rollout_actor_logprob_diff_maxes": [h.get("forge/rollout_actor_logprob_diff_max") for h in history],
+        "pg_losses": [h.get("actor/pg_loss") for h in history],
+        "provider_queries": [_int(h.get("forge/provider_queries")) for h in history],
         "kl_loss": last.get("actor/kl_loss"),
         "distill_rows": last.get("forge/distill_rows"),
         "library_size": last.get("forge/library_total_size"),
@@ -91,6 +129,10 @@ def summarise(history: list[dict], estimator: str, wall_s: float) -> dict:
                        if key.split("/")[-1] in VALIDATION_FIGURES and key.split("/")[0] in ("val", "val_no_library")},
         "wall_s": round(wall_s, 1),
     }
+
+
+def _int(value):
+    return None if value is None else int(value)
 
 
 def model_folder(choice: str, out: Path) -> str:
@@ -116,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--distill", action="store_true")
     parser.add_argument("--kl", action="store_true")
     parser.add_argument("--save-freq", type=int, default=-1)
+    parser.add_argument("--ranks", type=int, default=1, help="FSDP ranks (and hf rollout replicas) per node")
+    parser.add_argument("--nodes", type=int, default=1, help="trainer.nnodes (on one machine: Ray's one node)")
+    parser.add_argument("--agent-workers", type=int, default=1, help="actor_rollout_ref.rollout.agent.num_workers")
     parser.add_argument("--resume", action="store_true", help="resume from the latest checkpoint under --out")
     parser.add_argument("--model", choices=["tiny", "smollm2"], default="tiny")
     parser.add_argument("--out", default=None, help="run folder (default: a new temporary folder)")
