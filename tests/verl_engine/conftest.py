@@ -105,9 +105,10 @@ os.environ.setdefault("VERL_LOGGING_LEVEL", "WARN")
 
 
 @contextlib.contextmanager
-def agent_loop_stack(cfg, llm_client, num_cpus: int = 4):
-    """verl's own AgentLoopManagerTQ with its workers on a local Ray (``num_cpus`` logical CPUs) and TransferQueue
-    (SimpleStorage, one unit), the LLM server client given; yields the manager. ``cfg`` is a prepared run config."""
+def agent_loop_stack(cfg, llm_client, num_cpus: int = 4, env_vars: dict | None = None):
+    """verl's own AgentLoopManagerTQ with its workers on a local Ray (``num_cpus`` logical CPUs, ``env_vars`` in
+    every process) and TransferQueue (SimpleStorage, one unit), the LLM server client given; yields the manager.
+    ``cfg`` is a prepared run config."""
     import ray
     import transfer_queue as tq
     from omegaconf import OmegaConf
@@ -117,7 +118,8 @@ def agent_loop_stack(cfg, llm_client, num_cpus: int = 4):
     cfg.transfer_queue.enable = True
     if ray.is_initialized():  # a Ray left by another test module would lack the logical CPUs needed here
         ray.shutdown()
-    ray.init(num_cpus=num_cpus, include_dashboard=False, runtime_env={"env_vars": {"TRANSFER_QUEUE_ENABLE": "1"}})
+    ray.init(num_cpus=num_cpus, include_dashboard=False,
+             runtime_env={"env_vars": {"TRANSFER_QUEUE_ENABLE": "1", **(env_vars or {})}})
     tq.init(cfg.transfer_queue)
     try:
         yield AgentLoopManagerTQ.create(config=cfg, llm_client=llm_client, teacher_client=None, reward_loop_worker_handles=None)
