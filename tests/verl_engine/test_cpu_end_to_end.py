@@ -6,6 +6,10 @@ it (scripts/verl_cpu_smoke.py), with a tiny Llama on NumberLine, the library's g
   a checkpoint at iteration 2, exported by ``slea-rl export`` (verl's model merger) to a plain Hugging Face model
   with the actor's weights and greedy tokens, then a resume that continues at iteration 3 with the library, the
   actor, its optimizer and the task sampler restored;
+* world size 2 with two agent-loop workers: two FSDP2 ranks on gloo (the checkpoint's per-rank files each hold
+  half of every parameter), two hf rollout replicas both synced after each update, the reference worker for the
+  KL loss, the G copies of each task in one worker and one library version per iteration
+  (tests/verl_engine/test_data_parallel.py checks that world size 2 computes world size 1's update);
 * grpo (verl's own advantage step on the rebuilt scores), 2 iterations: a gradient in every iteration whose
   advantages are not all zero, and none in an iteration whose groups all tied.
 
@@ -92,6 +96,37 @@ def check_export(checkpoint: Path, out: Path) -> None:
     assert manifest["config"]["trainer"]["engine"] == "verl" and manifest["packages"]["verl"] == "0.9.1"
     library = json.loads((checkpoint / "forge_library" / "experience_library.json").read_text())["payload"]
     assert manifest["library"]["entries"] == len(library["library"]["entries"]) > 0
+
+
+def test_world_size_two_with_two_agent_workers(tmp_path):
+    summary = smoke(tmp_path, "--ranks", "2", "--agent-workers", "2", "--group-size", "4", "--kl", "--save-freq", "2")
+    layout = {key: summary[key] for key in ("world_size", "replicas", "agent_workers", "nodes")}
+    assert layout == {"world_size": 2, "replicas": 2, "agent_workers": 2, "nodes": 1}, summary
+    assert summary["iterations"] == 2 and summary["grad_norm"] > 0 and summary["kl_loss"] is not None
+    # after each weight sync both replicas serve the actor's policy: every row's log-probs agree with the actor's
+    assert summary["rollout_servers_seen"] == [2, 2]
+    assert all(gap < 0.01 for gap in summary["rollout_actor_logprob_diff_maxes"]), summary
+    # verl ran the 2 tasks in the 2 workers, the G copies of each in one of them, from one library version
+    assert summary["agent_workers_seen"] == [2, 2] and summary["task_groups_split"] == [0, 0]
+    assert summary["library_versions_seen"] == [1, 1]
+    check_sharded_checkpoint(tmp_path / "run" / "global_step_2" / "actor", world_size=2)
+
+
+def check_sharded_checkpoint(actor: Path, world_size: int) -> None:
+    """verl's FSDP2 checkpoint of ``world_size`` ranks: one file per rank, each parameter a DTensor sharded on dim
+    0 whose local pieces, one per rank, together make the whole tensor."""
+    import torch
+    from torch.distributed.tensor import Shard
+
+    assert json.loads((actor / "fsdp_config.json").read_text())["world_size"] == world_size
+    shards = [torch.load(actor / f"model_world_size_{world_size}_rank_{rank}.pt", map_location="cpu",
+                         weights_only=False) for rank in range(world_size)]
+    assert all(set(shard) == set(shards[0]) for shard in shards)
+    for name, tensor in shards[0].items():
+        assert tuple(tensor.placements) == (Shard(0),), name
+        pieces = [shard[name].to_local() for shard in shards]
+        assert sum(piece.shape[0] for piece in pieces) == tensor.shape[0], name
+        assert all(piece.shape[0] < tensor.shape[0] for piece in pieces), name  # no rank holds the whole
 
 
 def test_grpo_trains_two_iterations(tmp_path):
