@@ -5,12 +5,13 @@ import os
 import random
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recipe.forge.experience import synthetic
+from recipe.forge.experience import similarity, synthetic
 from recipe.forge.experience.similarity import (
     LSHParams, MinHasher, NearDuplicateIndex, length_bounds, sequence_similarity,
 )
@@ -119,45 +120,111 @@ def test_remove_restores_search_state():
             assert hit[0] % 2 == 1
 
 
-def test_band_keys_do_not_depend_on_the_process():
-    code = ("from recipe.forge.experience.similarity import MinHasher, LSHParams;"
-            "print(MinHasher(LSHParams()).band_keys('You arrive at drawer 3. The drawer 3 is closed.'))")
+def test_bucket_keys_do_not_depend_on_the_process():
+    code = ("from recipe.forge.experience.similarity import MinHasher, LSHParams; h = MinHasher(LSHParams());"
+            "print(h.all_keys(h.signature('You arrive at drawer 3. The drawer 3 is closed.')).tolist())")
     outs = set()
     for seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
         outs.add(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                                 check=True).stdout)
-    assert outs == {str(MinHasher(LSHParams()).band_keys("You arrive at drawer 3. The drawer 3 is closed.")) + "\n"}
+    hasher = MinHasher(LSHParams())
+    assert outs == {str(hasher.all_keys(hasher.signature("You arrive at drawer 3. The drawer 3 is closed.")).tolist())
+                    + "\n"}
 
 
-def test_bad_qgram_rejected():
+def test_bad_params_and_ids_rejected():
     with pytest.raises(ValueError, match="qgram"):
         MinHasher(LSHParams(qgram=5))
+    for bad in (LSHParams(bucket_cap=0), LSHParams(rescue_bucket_cap=0), LSHParams(rescue_candidates=-1)):
+        with pytest.raises(ValueError, match="counts"):
+            MinHasher(bad)
+    with pytest.raises(ValueError, match="at most 256"):
+        MinHasher(LSHParams(bands=100, rescue_bands=100))
+    with pytest.raises(ValueError, match=">= 0"):
+        NearDuplicateIndex().add(-1, "a text")
+
+
+TEMPLATE = "You arrive at drawer 1. On the drawer 1, you see a mug 1, and a pen 2."
+POOL = [synthetic.perturb(TEMPLATE, random.Random(i), 2) for i in range(40)] + synthetic.corpus(40, seed=8)
+SMALL = LSHParams(bucket_cap=2, rescue_bucket_cap=3, rescue_candidates=4)  # buckets overflow at once
+
+
+def first_pass_reference(live: list[tuple[int, str]], query: str, params: LSHParams, threshold: float) -> list[int]:
+    """Naive model of ``candidates``: per band in order, the ids sharing the query's coarse key, or, when more
+    than ``bucket_cap`` do, the newest ``bucket_cap`` sharing its fine key, each band's newest first; ranked by the
+    number of bands an id was read in (ties: first met), within the length bounds, at most ``max_candidates``,
+    after the exact copies. ``live``: (id, text) in insertion order."""
+    hasher, bands, cap = MinHasher(params), params.bands, params.bucket_cap
+    keys = [hasher.plain_keys(hasher.plain(text)) for _, text in live]
+    want = hasher.plain_keys(hasher.plain(query))
+    met: list[int] = []
+    for b in range(bands):
+        members = [i for i, k in enumerate(keys) if k[b] == want[b]]
+        if len(members) > cap:
+            members = [i for i, k in enumerate(keys) if k[bands + b] == want[bands + b]][-cap:]
+        met += [live[i][0] for i in reversed(members)]
+    counts: dict[int, int] = {}
+    for item in met:
+        counts[item] = counts.get(item, 0) + 1
+    low, high = length_bounds(len(query), threshold)
+    length = dict(live)
+    ranked = [i for i in sorted(counts, key=lambda i: -counts[i]) if low <= len(length[i]) <= high]
+    return [i for i, text in live if text == query] + ranked[: params.max_candidates]
+
+
+def replay(operations: list[tuple[bool, int]]) -> tuple[NearDuplicateIndex, list[tuple[int, str]]]:
+    """An index after ``operations`` ((add?, pick): add POOL[pick] under a new id, or remove the live id at
+    position pick), and the live (id, text) pairs in insertion order."""
+    index, live = NearDuplicateIndex(SMALL), []
+    for step, (add, pick) in enumerate(operations):
+        if add or not live:
+            index.add(step, POOL[pick % len(POOL)])
+            live.append((step, POOL[pick % len(POOL)]))
+        else:
+            index.remove(live.pop(pick % len(live))[0])
+    return index, live
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 10**6)), min_size=1, max_size=80))
+def test_any_history_answers_like_the_naive_model_and_a_fresh_build(operations):
+    """Adds, removals, merges of the pending keys and compactions (made frequent here) leave answers that depend
+    only on the live strings and their order: equal to a naive model of the first pass, and to an index that
+    adds the survivors afresh (what a checkpoint rebuild does) or is restored from a blob, in both passes."""
+    with mock.patch.object(similarity, "_MIN_MERGE", 3):
+        index, live = replay(operations)
+        fresh = NearDuplicateIndex(SMALL)
+        for item, text in live:
+            fresh.add(item, text)
+    restored = NearDuplicateIndex.from_blob(index.to_blob())
+    assert sorted(index.ids()) == sorted(i for i, _ in live) and len(index) == len(live)
+    for probe in POOL[::5] + [synthetic.perturb(t, random.Random(7), 1) for t in POOL[::9]]:
+        assert index.candidates(probe, 0.85) == first_pass_reference(live, probe, SMALL, 0.85)
+        for other in (fresh, restored):
+            assert other.candidates(probe, 0.85) == index.candidates(probe, 0.85)
+            assert other.wide_candidates(probe, 0.85) == index.wide_candidates(probe, 0.85)
+            assert other.search(probe, 0.85) == index.search(probe, 0.85)
 
 
 def test_tables_depend_only_on_the_current_contents():
-    """Any add/remove history leaves the same tables as adding the survivors afresh in their order (what a
-    checkpoint rebuild does), including coarse buckets crossing the cap in both directions."""
-    params = LSHParams(bucket_cap=2)
-    texts = [synthetic.perturb("You arrive at drawer 1. On the drawer 1, you see a mug 1, and a pen 2.",
-                               random.Random(i), 2) for i in range(40)] + synthetic.corpus(40, seed=8)
+    """A long history (coarse buckets crossing the cap both ways, merges, compactions) answers like the
+    survivors added afresh in their order, in both passes."""
     rng = random.Random(0)
-    index = NearDuplicateIndex(params)
-    alive: list[int] = []
-    for step in range(400):
+    index, alive = NearDuplicateIndex(SMALL), []
+    for step in range(800):  # about 440 additions and 360 removals: compactions
         if alive and rng.random() < 0.45:
-            victim = alive.pop(rng.randrange(len(alive)))
-            index.remove(victim)
+            index.remove(alive.pop(rng.randrange(len(alive))))
         else:
-            item = step
-            index.add(item, texts[rng.randrange(len(texts))])
-            alive.append(item)
-    fresh = NearDuplicateIndex(params)
+            index.add(step, POOL[rng.randrange(len(POOL))])
+            alive.append(step)
+    fresh = NearDuplicateIndex(SMALL)
     for item in sorted(alive):
         fresh.add(item, index.text(item))
     assert sorted(index.ids()) == sorted(alive) and len(index) == len(alive)
-    probes = texts + [synthetic.perturb(t, random.Random(7), 1) for t in texts]
+    probes = POOL + [synthetic.perturb(t, random.Random(7), 1) for t in POOL]
     for probe in probes:  # candidates are what the tables hold for a text's buckets
         assert index.candidates(probe) == fresh.candidates(probe)
+        assert index.wide_candidates(probe, 0.85) == fresh.wide_candidates(probe, 0.85)
         assert index.search(probe, 0.85) == fresh.search(probe, 0.85)
     assert sum(bool(index.candidates(probe)) for probe in probes) > len(probes) // 2

@@ -7,6 +7,7 @@ import json
 import pickle
 import random
 
+import numpy as np
 import pytest
 
 from agent_system.multi_turn_rollout.protocols import StepQuery
@@ -68,3 +69,28 @@ def test_a_search_of_other_prototypes_is_refused_and_other_lsh_params_rebuild(cf
     probes = [a.index.prototype(c) for c in a.index.cluster_ids()] + synthetic.corpus(20, seed=9)
     assert [restored.match(p) for p in probes] == [rebuilt.match(p) for p in probes]
     assert restored._search.params == other
+
+
+def test_a_search_restored_from_read_only_buffers_is_a_private_copy(cfg):
+    """Ray hands numpy arrays over as read-only views of its object store: the restored search never writes into
+    them, and the worker's own clusters and evictions leave the driver's search as it was."""
+    driver = driver_system(cfg, 300, 10_000)
+    blob = driver.index.search_blob()
+    for value in blob.values():
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+    worker = ObservationIndex.from_state(driver.index.state_dict(), search_blob=blob, max_clusters=len(driver.index))
+    probes = [driver.index.prototype(c) for c in list(driver.index.cluster_ids())[:40]] + synthetic.corpus(40, seed=4)
+    before = [driver.index.match(p) for p in probes]
+    assert [worker.match(p) for p in probes] == before
+    for obs in synthetic.corpus(120, seed=77):  # new clusters on the worker, each evicting one of the driver's
+        worker.assign(obs, iteration=9)
+    assert worker.evicted > 0 and len(worker) == len(driver.index)
+    assert [driver.index.match(p) for p in probes] == before
+
+
+def test_a_search_blob_of_another_format_is_a_clear_error(cfg):
+    driver = driver_system(cfg, 20, 10_000)
+    old_style = [("_text", False, [pickle.dumps({})])]  # the pickled attributes the dict-based index shipped
+    with pytest.raises(ValueError, match="format"):
+        ObservationIndex.from_state(driver.index.state_dict(), search_blob=old_style)

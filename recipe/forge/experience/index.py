@@ -21,7 +21,6 @@ its links to it.
 from __future__ import annotations
 
 import heapq
-import pickle
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -161,35 +160,21 @@ class ObservationIndex:
             "clusters": [asdict(c) for c in self.clusters.values()],
         }
 
-    def search_blob(self) -> list[tuple[str, bool, list[bytes]]]:
-        """The prototypes' near-duplicate search, pickled. A snapshot ships it so that ``from_state`` can restore
-        it instead of hashing every prototype again (most of a rebuild's time).
-
-        Pickled in pieces, one per attribute and one per element of a list attribute (the LSH tables): one
-        ``pickle.loads`` holds the GIL throughout, so a worker that restores the search in a thread lets its
-        event loop run between pieces instead of stalling for the whole structure."""
-        return [
-            (name, isinstance(value, list), [pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
-                                             for v in (value if isinstance(value, list) else [value])])
-            for name, value in vars(self._search).items()
-        ]
-
-    @staticmethod
-    def _search_from_blob(blob: list[tuple[str, bool, list[bytes]]]) -> NearDuplicateIndex:
-        search = NearDuplicateIndex.__new__(NearDuplicateIndex)
-        for name, is_list, pieces in blob:
-            values = [pickle.loads(piece) for piece in pieces]
-            setattr(search, name, values if is_list else values[0])
-        return search
+    def search_blob(self) -> dict[str, Any]:
+        """The prototypes' near-duplicate search as plain data and numpy arrays
+        (:meth:`NearDuplicateIndex.to_blob`). A snapshot ships it so that ``from_state`` can restore it instead of
+        hashing every prototype again (most of a rebuild's time); its arrays travel as buffers."""
+        return self._search.to_blob()
 
     @classmethod
     def from_state(cls, state: dict[str, Any], lsh: LSHParams | None = None,
-                   search_blob: list | None = None, max_clusters: int | None = None,
+                   search_blob: dict[str, Any] | None = None, max_clusters: int | None = None,
                    max_key_chars: int = MAX_KEY_CHARS) -> "ObservationIndex":
         """The index saved by ``state_dict``. ``search_blob`` (from ``search_blob()`` of the saved index) is used
-        when it was built with the same LSH parameters and mode, else the search is rebuilt from the prototypes.
-        ``max_clusters``, when given, replaces the saved cap (it applies from the next new cluster on). Saved
-        prototypes longer than ``max_key_chars`` (a file written before the size limits) become their keys."""
+        when it was built with the same LSH parameters and mode, else the search is rebuilt from the prototypes;
+        a blob of another format (from another version of the code) is a ValueError. ``max_clusters``, when given,
+        replaces the saved cap (it applies from the next new cluster on). Saved prototypes longer than
+        ``max_key_chars`` (a file written before the size limits) become their keys."""
         cap = max_clusters if max_clusters is not None else state["max_clusters"]
         index = cls(state["threshold"], cap, state["exact"], lsh, max_key_chars)
         index.next_id = int(state["next_id"])
@@ -198,7 +183,7 @@ class ObservationIndex:
             cluster = Cluster(**raw)
             cluster.prototype = index.key(cluster.prototype)
             index.clusters[cluster.cluster_id] = cluster
-        search = cls._search_from_blob(search_blob) if search_blob is not None else None
+        search = NearDuplicateIndex.from_blob(search_blob) if search_blob is not None else None
         if search is not None and (search.params, search.exact_only) == (index._search.params, index.exact):
             if len(search) != len(index.clusters) or any(
                 cid not in search or search.text(cid) != c.prototype for cid, c in index.clusters.items()

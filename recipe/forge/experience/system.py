@@ -79,7 +79,7 @@ class LibrarySnapshot:
     config: dict[str, Any]
     library: dict[str, Any]
     index: dict[str, Any]
-    index_search: list | None = None  # ObservationIndex.search_blob(): restored instead of rebuilt (pickle only)
+    index_search: dict | None = None  # ObservationIndex.search_blob(): restored instead of rebuilt (not JSON)
 
 
 class SystemProvider:
@@ -276,7 +276,7 @@ class ExperienceSystem:
     def save(self, directory: str | Path) -> Path:
         return save_payload(directory, self.state())
 
-    def _restore(self, payload: dict[str, Any], index_search: list | None = None) -> None:
+    def _restore(self, payload: dict[str, Any], index_search: dict | None = None) -> None:
         """Replace library, index and counters with a validated payload's; everything is built and checked
         before anything is replaced, so a payload that fails leaves this system as it was."""
         saved, c = payload["index"], self.cfg
