@@ -211,7 +211,7 @@ def verl_first_iteration(state, snapshot, verl_rollout, cfg, update: bool = Fals
     from verl.trainer.ppo.utils import create_rl_dataset
 
     from recipe.forge.engines.verl.cpu.hf_rollout import HFRolloutServer, server_name
-    from recipe.forge.engines.verl.library_channel import get_or_create_broker
+    from recipe.forge.engines.verl.library_channel import get_or_create_broker, publish
     from recipe.forge.engines.verl.main import prepare_verl_config, task_rows
     from recipe.forge.run_config import load_run_config
     from recipe.forge.engines.verl.scripted_client import ServerActorClient
@@ -223,7 +223,7 @@ def verl_first_iteration(state, snapshot, verl_rollout, cfg, update: bool = Fals
     with verl_rollout.agent_loop_stack(cfg, ServerActorClient(cfg, server_name(0))) as manager:
         server = ray.remote(HFRolloutServer).options(name=server_name(0), num_cpus=0).remote(state["model_dir"], 12)
         ray.get(server.set_global_steps.remote(1))  # loaded; the handle keeps the actor alive
-        ray.get(get_or_create_broker().publish.remote("test", 1, 1, snapshot))
+        publish(get_or_create_broker(), "test", 1, 1, snapshot)
         dataset = create_rl_dataset(cfg.data.train_files, cfg.data, tokenizer, None, is_train=True)
         rows = [dataset[i] for i in range(len(SEEDS))]
         meta, uids = verl_rollout.submit_tasks(manager, rows, global_steps=1)

@@ -189,12 +189,15 @@ def test_a_replaced_broker_is_looked_up_again(snapshots):
     assert len(lookups) == 3 and set(lookups) == {"forge-library_0"}
 
 
-def test_the_driver_broker_belongs_to_the_current_ray_cluster():
+def test_the_driver_broker_belongs_to_the_current_ray_cluster_and_holds_each_version_once(snapshots):
     """A broker handle from an earlier ray.init in the same process points into a cluster that is gone; the
-    driver gets a live broker after a restart (the cross-engine test follows other Ray tests in one process)."""
+    driver gets a live broker after a restart (the cross-engine test follows other Ray tests in one process).
+    A published version is one object in Ray's store: the broker holds and hands out its reference, so every
+    worker's fetch reads that object (the snapshot is serialised once, by ``publish``), and a worker builds its
+    provider from it."""
     import ray
 
-    from recipe.forge.engines.verl.library_channel import get_or_create_broker
+    from recipe.forge.engines.verl.library_channel import BrokerClient, get_or_create_broker, publish
 
     for _ in range(2):
         if ray.is_initialized():
@@ -203,6 +206,12 @@ def test_the_driver_broker_belongs_to_the_current_ray_cluster():
         try:
             broker = get_or_create_broker()
             assert get_or_create_broker() is broker
-            assert ray.get(broker.publish.remote("driver", 1, 0, {"x": 1})) == ("driver", 1, 0)
+            assert publish(broker, "driver", 1, 0, snapshots[1]) == ("driver", 1, 0)
+            (tag, (first,)), (_, (second,)) = ray.get([broker.latest.remote(), broker.latest.remote()])
+            assert tag == ("driver", 1, 0) and isinstance(first, ray.ObjectRef) and first == second
+            fetched = BrokerClient(broker).latest()
+            assert fetched[0] == tag and provider_from_snapshot(fetched[1]).system.version == snapshots[1].version
+            assert publish(broker, "driver", -1, 1, None) == ("driver", -1, 1)
+            assert BrokerClient(broker).latest() == (("driver", -1, 1), None)
         finally:
             ray.shutdown()

@@ -1,10 +1,13 @@
 """Publishing the experience library from the driver to the agent-loop workers.
 
 The driver (the trainer, inside verl's TaskRunner) owns the library and evolves it once per iteration. It
-publishes a snapshot with a version number to a named Ray actor, :class:`LibraryBroker`. Each agent-loop
-worker process keeps the provider built from the latest snapshot it has seen and checks the published tag once per
-episode (one small RPC); only a new version costs a snapshot transfer. Every step records the version it was
-generated with, so a sample can always be traced to the library that shaped its prompt.
+publishes a snapshot with a version number through a named Ray actor, :class:`LibraryBroker`: :func:`publish`
+puts the snapshot into Ray's object store once (``ray.put``: one serialisation per version) and hands the broker
+the object's reference, which is all the broker holds and hands out. Each agent-loop worker process keeps the
+provider built from the latest snapshot it has seen and checks the published tag once per episode (one small
+RPC); only a new version costs a fetch, a read of that one stored object (numpy arrays in it, the bulk of the
+observation search, are mapped from the store rather than copied on the same node). Every step records the
+version it was generated with, so a sample can always be traced to the library that shaped its prompt.
 
 The snapshot fetch and the provider rebuild run in a thread, never on the worker's event loop: generation and
 environment steps of the other episodes go on while a new version loads. Episodes that start meanwhile wait
@@ -32,26 +35,38 @@ NO_LIBRARY = -1
 
 @ray.remote(num_cpus=0)
 class LibraryBroker:
-    """Holds the latest published library snapshot and its version."""
+    """Holds the latest published tag and the reference to its snapshot in Ray's object store (never the
+    snapshot itself: the broker neither deserialises nor re-serialises it)."""
 
     def __init__(self):
         self._tag = ("", NO_LIBRARY, NO_LIBRARY)
-        self._snapshot: Any = None
+        self._snapshot: list = [None]
 
-    def publish(self, publisher: str, version: int, iteration: int, snapshot: Any) -> tuple[str, int, int]:
-        """Publish ``snapshot``. The tag (publishing driver, version, iteration) changes with every evolution
-        and every new iteration (the warm-up gates depend on the iteration, not only on the library). Workers
-        compare tags for equality only, so a driver that starts over (or resumes an older checkpoint) publishes
-        normally."""
+    def publish(self, publisher: str, version: int, iteration: int, snapshot: list) -> tuple[str, int, int]:
+        """Publish ``snapshot``: ``[ObjectRef]`` of the stored snapshot (a list, so that Ray passes the reference
+        on instead of resolving it), or ``[None]`` for no library. The tag (publishing driver, version,
+        iteration) changes with every evolution and every new iteration (the warm-up gates depend on the
+        iteration, not only on the library). Workers compare tags for equality only, so a driver that starts
+        over (or resumes an older checkpoint) publishes normally."""
         tag = (str(publisher), int(version), int(iteration))
-        self._tag, self._snapshot = tag, snapshot
+        self._tag, self._snapshot = tag, list(snapshot)
         return tag
 
     def tag(self) -> tuple[str, int, int]:
         return self._tag
 
-    def latest(self) -> tuple[tuple[str, int, int], Any]:
+    def latest(self) -> tuple[tuple[str, int, int], list]:
+        """(tag, ``[ObjectRef]`` of the snapshot or ``[None]``)."""
         return self._tag, self._snapshot
+
+
+def publish(broker: ray.actor.ActorHandle, publisher: str, version: int, iteration: int,
+            snapshot: Any) -> tuple[str, int, int]:
+    """Publish ``snapshot`` (None: no library) under the tag (publisher, version, iteration): one ``ray.put``,
+    then the reference goes to the broker. Returns the tag. The stored object lives while the broker (or a
+    worker still loading it) holds the reference; this driver process owns it."""
+    stored = [None if snapshot is None else ray.put(snapshot)]
+    return tuple(ray.get(broker.publish.remote(publisher, version, iteration, stored)))
 
 
 _DRIVER_BROKERS: dict[tuple[str, str], ray.actor.ActorHandle] = {}  # (Ray node, job) -> that job's broker
@@ -86,8 +101,8 @@ class BrokerClient:
         return tuple(await self.handle.tag.remote())
 
     def latest(self) -> tuple[tuple[str, int, int], Any]:
-        tag, snapshot = ray.get(self.handle.latest.remote())
-        return tuple(tag), snapshot
+        tag, (stored,) = ray.get(self.handle.latest.remote())
+        return tuple(tag), None if stored is None else ray.get(stored)
 
 
 def connect_broker() -> BrokerClient | None:

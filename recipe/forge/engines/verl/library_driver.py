@@ -12,10 +12,8 @@ import os
 import uuid
 from typing import Any, Sequence
 
-import ray
-
 from recipe.forge.experience.metrics import RetrievalStats, reward_metrics
-from recipe.forge.engines.verl.library_channel import NO_LIBRARY, get_or_create_broker
+from recipe.forge.engines.verl.library_channel import NO_LIBRARY, get_or_create_broker, publish
 from recipe.forge.engines.verl.row_codec import extras_from_row, record_from_row, trajectories_from_rows
 
 
@@ -83,7 +81,7 @@ class LibraryDriver:
         if self._broker is None:
             self._broker = get_or_create_broker()
         snapshot = self.system.snapshot(with_search=True)  # workers restore the search instead of rebuilding it
-        ray.get(self._broker.publish.remote(self.publisher_id, self.version, iteration, snapshot))
+        publish(self._broker, self.publisher_id, self.version, iteration, snapshot)
 
     def withhold(self, iteration: int) -> None:
         """Publish no library: the workers' next episodes run without experiences (the ``val_no_library`` pass)
@@ -92,7 +90,7 @@ class LibraryDriver:
             return
         if self._broker is None:
             self._broker = get_or_create_broker()
-        ray.get(self._broker.publish.remote(self.publisher_id, NO_LIBRARY, iteration, None))
+        publish(self._broker, self.publisher_id, NO_LIBRARY, iteration, None)
 
     def absorb(self, rows: Sequence[dict]) -> list[int | None]:
         """The driver's cluster of each row's step, one id per row (the rows are left as they are): the
