@@ -339,8 +339,8 @@ class NearDuplicateIndex:
         out = [self._key_slots[a:b] for a, b in zip(low.tolist(), high.tolist())]
         which, rows = np.nonzero(self._pending[:count, columns].T == keys[:, None])  # by key, then slot
         if which.size:
-            bounds = np.searchsorted(which, np.arange(keys.size + 1)).tolist()
-            for j in np.unique(which).tolist():
+            bounds = np.searchsorted(which, np.arange(keys.size + 1))
+            for j in np.flatnonzero(np.diff(bounds)).tolist():
                 out[j] = np.concatenate([out[j], rows[bounds[j] : bounds[j + 1]] + self._merged])
         return out
 
@@ -415,9 +415,10 @@ class NearDuplicateIndex:
         cap = self.params.rescue_bucket_cap
         read = self._read(self._hasher.plain_keys(plain), cap)
         read += [self._newest(m, cap)[0] for m in self._members(self._hasher.positional_keys(positional))]
-        slots = self._within(np.unique(np.concatenate(read)), len(text), threshold)
-        if skip.size:
-            slots = slots[~np.isin(slots, skip)]
+        slots = self._within(np.unique(np.concatenate(read)), len(text), threshold)  # ascending
+        if skip.size and slots.size:  # drop the skipped slots: where they would sit in the sorted slots, if there
+            at = np.minimum(np.searchsorted(slots, skip), slots.size - 1)
+            slots = np.delete(slots, at[slots[at] == skip])
         signature = np.concatenate([plain, positional]).astype(np.uint8)
         shared = np.count_nonzero(self._sigs[slots] == signature, axis=1)
         return slots[np.argsort(-shared, kind="stable")[: self.params.rescue_candidates]]
