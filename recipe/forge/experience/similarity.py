@@ -41,8 +41,9 @@ string of the template (over 10,000 strings at 10^5) and is read only through it
 of shared bands (24 indicators, each of J^4) ranks candidates poorly: strings of the same template with other
 content share as many grams as a match does. Hence three changes over step 2:
 
-* more bands, from an independent family, so that a borderline pair shares a readable band more often
-  ((1 - J^4)^72 = 0.003 at J = 0.53);
+* more bands, from an independent family, so that a borderline pair shares a readable band more often (with
+  72 bands in all, none is shared with probability (1 - J^4)^72 = 0.003 at J = 0.53, if the positional grams
+  overlap as much as the plain ones);
 * positional grams for those bands: ``sim`` counts a common subsequence, whose characters come in the same
   order in both strings, so an aligned character moves by at most the number of characters deleted before it;
   a match keeps most of its grams in the same part of the string, while other content of the same template
