@@ -37,9 +37,9 @@ ALFWORLD_BASE=(
     actor_rollout_ref.model.enable_gradient_checkpointing=True
     actor_rollout_ref.actor.optim.lr=1e-6
     actor_rollout_ref.actor.ppo_mini_batch_size=16
-    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16
-    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16
-    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8
+    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8
     trainer.test_freq=5
     trainer.total_training_steps=150
 )

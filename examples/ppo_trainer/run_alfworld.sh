@@ -12,7 +12,7 @@ python3 -m recipe.forge.main_forge \
     algorithm.lam=0.95 \
     critic.model.path="$MODEL" \
     critic.optim.lr=1e-5 \
-    critic.ppo_micro_batch_size_per_gpu=16 \
+    critic.ppo_micro_batch_size_per_gpu=8 \
     critic.model.enable_gradient_checkpointing=True \
     trainer.critic_warmup=0 \
     "${VERL_KL_LOSS[@]}" \

@@ -56,6 +56,7 @@ def verl_stack(tiny_model_dir, run_config_factory, tmp_path_factory, verl_rollou
             "env.env_name=sokoban",
             f"env.max_steps={MAX_STEPS}",
             f"env.rollout.n={G}",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",  # divides a rank's 32 x G / 8 rows
             "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
             "transfer_queue.backend.SimpleStorage.total_storage_size=10000",
             f"trainer.default_local_dir={out}",

@@ -57,6 +57,7 @@ def test_task_files_hold_train_and_held_out_validation_seeds(run_config_factory,
         [
             "trainer.engine=verl", f"trainer.default_local_dir={tmp_path}", "trainer.total_training_steps=5",
             "data.train_batch_size=4", "data.val_batch_size=6", "env.rollout.n=3", "env.val_seed_offset=1000",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",  # divides a rank's 32 x 3 / 8 rows
             "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct",  # a hub id stays as it is
             "env.env_name=sokoban",
         ]
