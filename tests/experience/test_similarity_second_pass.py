@@ -12,7 +12,7 @@ import pytest
 from rapidfuzz import fuzz, process
 
 from recipe.forge.experience import synthetic
-from recipe.forge.experience.similarity import LSHParams, NearDuplicateIndex, length_bounds
+from recipe.forge.experience.similarity import LSHParams, MinHasher, NearDuplicateIndex, length_bounds
 
 THRESHOLD = 0.85
 
@@ -108,7 +108,7 @@ def test_wide_candidates_follow_the_reading_rule_the_length_bounds_the_ranking_a
     corpus, queries = corpus_and_queries
     params = replace(LSHParams(), rescue_bucket_cap=40, rescue_candidates=64)
     index = build(corpus, params)
-    hasher, split = index._hasher, params.bands * params.rows
+    hasher, split = MinHasher(params), params.bands * params.rows  # the index's hasher: the same for the same params
     signatures = [hasher.signature(text) for text in corpus]
     plain = [hasher.plain_keys(s[:split]) for s in signatures]
     positional = [hasher.positional_keys(s[split:]) for s in signatures]
