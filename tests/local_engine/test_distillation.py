@@ -110,12 +110,12 @@ def test_distillation_rows_are_the_steps_whose_prompt_carried_experiences():
                                      episode_reward=0.0, success=False, length=1) for s in steps]
     batch = build_step_batch(RolloutBatch(steps, trajectories), 0, 1.0, 0.0)
     encode = {"obs": [1, 2]}  # the student's prompt: the plain messages' ids
-    inputs = DistillationInputs.of_batch(batch, lambda m: encode[m[-1]["content"]], 0, 0.5, "reverse_kl", 1.0)
+    inputs = DistillationInputs.of_batch(batch, lambda m: (encode[m[-1]["content"]], None), 0, 0.5, "reverse_kl", 1.0)
     distilled = [batch.records[i].prompt_ids for i in inputs.rows.tolist()]
     assert sorted(distilled) == [[4, 6, 7], [5, 6, 7]]
     p = inputs.plain.prompt_length
     assert inputs.plain.input_ids[:, :p][inputs.plain.attention_mask[:, :p].bool()].view(2, -1).tolist() == [[1, 2]] * 2
     assert [r.response_ids for r in (batch.records[i] for i in inputs.rows.tolist())] == \
         [inputs.privileged.responses[k][inputs.privileged.response_mask[k].bool()].tolist() for k in range(2)]
-    assert DistillationInputs.of_batch(batch, lambda m: [1], 0, 0.0, "reverse_kl", 1.0) is None  # weight 0
+    assert DistillationInputs.of_batch(batch, lambda m: ([1], None), 0, 0.0, "reverse_kl", 1.0) is None  # weight 0
     assert not distilled_step(plain, plain) and distilled_step(with_library, plain)

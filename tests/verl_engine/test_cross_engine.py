@@ -296,7 +296,7 @@ def local_first_iteration(state, snapshot, cfg, script: dict | None = None):
     advantages, _ = compute_advantages(batch, algorithm)
     forge = algorithm.forge
     weight = library_distillation_weight(len(system.library), forge)
-    distill = DistillationInputs.of_batch(batch, hf.encode_prompt, tokenizer.pad_token_id, weight,
+    distill = DistillationInputs.of_batch(batch, hf.encode, tokenizer.pad_token_id, weight,
                                           forge.divergence_type, forge.distill_temperature)
     update_metrics = local_update(state, cfg, batch, advantages) if script is not None else None
     student = [None] * len(batch)

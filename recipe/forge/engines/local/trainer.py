@@ -282,9 +282,8 @@ class LocalTrainer:
         if self.experience is None or not forge.use_distillation:
             return None
         weight = library_distillation_weight(len(self.experience.library), forge)
-        return DistillationInputs.of_batch(batch, self.generator.encode_prompt, self.tokenizer.pad_token_id, weight,
-                                           forge.divergence_type, forge.distill_temperature,
-                                           self.generator.image_prompts)
+        return DistillationInputs.of_batch(batch, self.generator.encode, self.tokenizer.pad_token_id, weight,
+                                           forge.divergence_type, forge.distill_temperature)
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> dict[str, float]:

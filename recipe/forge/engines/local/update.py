@@ -26,7 +26,7 @@ from recipe.forge.distillation import distillation_loss, distilled_step
 from recipe.forge.engines.local.batch import StepBatch
 from recipe.forge.engines.local.sequences import (PackedSequences, entropy_from_logits, forward_inputs, pack,
                                                   response_logits, token_logprobs)
-from recipe.forge.engines.local.vision_inputs import ImagePrompts
+from recipe.forge.engines.local.vision_inputs import PromptImages
 
 
 # Losses whose per-token value is the advantage times a function of the ratio: a row with zero advantage
@@ -48,24 +48,23 @@ class DistillationInputs:
     temperature: float
 
     @classmethod
-    def of_batch(cls, batch: StepBatch, encode_prompt: Callable[[list], list[int]], pad_token_id: int, weight: float,
-                 divergence: str, temperature: float,
-                 image_prompts: ImagePrompts | None = None) -> "DistillationInputs | None":
+    def of_batch(cls, batch: StepBatch, encode: Callable[[list], tuple[list[int], PromptImages | None]],
+                 pad_token_id: int, weight: float, divergence: str, temperature: float) -> "DistillationInputs | None":
         """The rows of ``batch`` that are distillation rows (``distilled_step``), the student's prompt encoded by
-        ``encode_prompt`` (the generator's); None when there is none or ``weight`` is 0. ``image_prompts``: a
-        vision-language policy's encoder, which gives the student's prompt its images (the teacher's are the
-        batch's)."""
+        ``encode`` (the generator's ``HFGenerator.encode``: the ids and, for a vision-language policy, the
+        images); None when there is none or ``weight`` is 0. The teacher's prompts are the batch's rows, with
+        their images where the batch carries images (a vision-language policy's batch), and so are the student's."""
         rows = [i for i, r in enumerate(batch.records) if distilled_step(r.messages, r.plain_messages)]
         if not rows or weight == 0.0:
             return None
         records = [batch.records[i] for i in rows]
         responses = [r.response_ids for r in records]
-        students = [encode_prompt(r.plain_messages) for r in records]
+        students = [encode(r.plain_messages) for r in records]
         student_images, teacher_images = None, None
-        if image_prompts is not None:
-            student_images = [image_prompts.images(r.plain_messages, ids) for r, ids in zip(records, students)]
+        if batch.packed.images is not None:
+            student_images = [images for _, images in students]
             teacher_images = [batch.packed.images[i] for i in rows]
-        plain = pack(students, responses, pad_token_id, images=student_images)
+        plain = pack([ids for ids, _ in students], responses, pad_token_id, images=student_images)
         privileged = pack([r.prompt_ids for r in records], responses, pad_token_id, images=teacher_images)
         return cls(torch.as_tensor(rows), plain, privileged, weight, divergence, temperature)
 
