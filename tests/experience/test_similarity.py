@@ -228,3 +228,13 @@ def test_tables_depend_only_on_the_current_contents():
         assert index.wide_candidates(probe, 0.85) == fresh.wide_candidates(probe, 0.85)
         assert index.search(probe, 0.85) == fresh.search(probe, 0.85)
     assert sum(bool(index.candidates(probe)) for probe in probes) > len(probes) // 2
+
+
+def test_a_text_with_a_lone_surrogate_is_stored_and_found():
+    """An observation may carry a lone surrogate (an environment's raw text); the index hashes it as any string."""
+    index = NearDuplicateIndex()
+    stored = "You are in the kitchen \ud800 and see a drawer 3 and a cabinet 1."
+    index.add(7, stored)
+    query = stored.replace("drawer 3", "drawer 4")
+    assert index.search(query, 0.9) == [(7, pytest.approx(sequence_similarity(query, stored)))]
+    assert index.best(stored, 1.0) == (7, 1.0)

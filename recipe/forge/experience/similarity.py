@@ -147,9 +147,10 @@ class MinHasher:
         self._tags = np.arange(self.n_columns, dtype=np.uint64) << _COLUMN_SHIFT
 
     def qgrams(self, text: str) -> np.ndarray:
-        """(n_grams,) uint32 codes of the byte q-grams (the q bytes packed into one integer, repeats kept)."""
+        """(n_grams,) uint32 codes of the byte q-grams (the q bytes packed into one integer, repeats kept). The
+        bytes are UTF-8 with lone surrogates kept (``surrogatepass``): any Python string hashes."""
         q = self.params.qgram
-        data = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.uint32)
+        data = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8).astype(np.uint32)
         if data.size < q:
             data = np.concatenate([data, np.zeros(q - data.size, dtype=np.uint32)])
         n = data.size - q + 1
