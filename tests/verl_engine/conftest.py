@@ -1,5 +1,5 @@
 """Fixtures of the verl-engine tests: a tiny local Llama model folder (config + byte-level BPE tokenizer with a
-ChatML template, no weights, no downloads) and the composed run config."""
+ChatML template, no weights, no downloads), a tiny random Qwen2.5-VL folder and the composed run config."""
 
 from __future__ import annotations
 
@@ -62,6 +62,14 @@ def build_tiny_model_dir(path: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     return build_tiny_model_dir(tmp_path_factory.mktemp("tiny_llama"))
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm_dir(tmp_path_factory) -> Path:
+    """A tiny random Qwen2.5-VL folder with its processor (recipe/forge/engines/local/tiny_vlm.py)."""
+    from recipe.forge.engines.local.tiny_vlm import save_tiny_vlm_dir
+
+    return Path(save_tiny_vlm_dir(tmp_path_factory.mktemp("tiny_qwen2_5_vl")))
 
 
 def compose_run_config(overrides: list[str]):

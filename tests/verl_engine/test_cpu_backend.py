@@ -27,6 +27,12 @@ def test_verl_private_hooks_still_exist_in_the_installed_verl(plugin):
     assert base._ROLLOUT_REGISTRY[("hf", "async")].endswith("hf_rollout.HFServerAdapter")
     assert base.get_rollout_class("hf", "async").__name__ == "HFServerAdapter"
     assert transformer_impl.CPUOffloadPolicy is not None
+    from verl.workers import engine_workers
+    from verl.workers.engine import base as engine_base
+
+    from recipe.forge.engines.verl.cpu.verl_private import fix_3d_position_ids
+
+    assert engine_workers.maybe_fix_3d_position_ids is engine_base.maybe_fix_3d_position_ids is fix_3d_position_ids
 
 
 def test_unpinned_offload_policy_forces_pin_memory_off_and_restores(plugin):
@@ -39,6 +45,28 @@ def test_unpinned_offload_policy_forces_pin_memory_off_and_restores(plugin):
         policy = transformer_impl.CPUOffloadPolicy(pin_memory=True)  # what verl's forward-only engine asks for
         assert isinstance(policy, original) and policy.pin_memory is False
     assert transformer_impl.CPUOffloadPolicy is original
+
+
+@pytest.mark.parametrize("lengths", [(9, 9, 9), (9, 12, 7)])
+def test_vision_language_position_ids_as_transfer_queue_packs_them_select_rows_for_the_update(plugin, lengths):
+    """(4, L) position ids of rows of one length come out of TransferQueue ragged in the 4 (its packing, reproduced
+    here), of different lengths ragged in L (verl's layout, its ragged index lost in a pickle round trip); after
+    the worker's fix the update's row selection gives every chosen row's own (4, L) positions in both cases."""
+    import pickle
+
+    from tensordict import TensorDict
+    from verl.utils.tensordict_utils import index_select_tensor_dict, nested_tensor_from_tensor_list
+    from verl.workers import engine_workers
+
+    rows = [torch.arange(4 * n).reshape(4, n) + 100 * i for i, n in enumerate(lengths)]
+    if len(set(lengths)) == 1:
+        packed = torch.nested.as_nested_tensor(rows, layout=torch.jagged)  # transfer_queue's _pack_field_values
+    else:
+        packed = pickle.loads(pickle.dumps(nested_tensor_from_tensor_list(rows, ragged_idx=2)))
+    data = TensorDict({"position_ids": packed}, batch_size=len(rows))
+    engine_workers.maybe_fix_3d_position_ids(data)  # what verl's train_mini_batch does first
+    selected = index_select_tensor_dict(data, [2, 0])["position_ids"].unbind()
+    assert [t.tolist() for t in selected] == [rows[2].tolist(), rows[0].tolist()]
 
 
 def test_platform_engines_and_replica_are_registered(plugin):
@@ -198,6 +226,77 @@ def test_hf_server_takes_the_actors_weights_and_rejects_unknown_names(tiny_answe
     assert server.state_checksum() == pytest.approx(expected, rel=1e-4) and server.state_checksum() != before
     with pytest.raises(KeyError, match="not.a.weight"):
         server.update_weights({"not.a.weight": torch.zeros(1)})
+
+
+def test_hf_server_decodes_prompts_with_images_as_one_forward_pass_scores_them(tiny_vlm_dir):
+    """A vision-language policy: the prompt ids as verl's agent loop builds them (the processor expands each image
+    into its pad tokens) and the PIL images as ``image_data``; the server's greedy tokens and log-probs are those of
+    one forward pass of the model over prompt and response with the processor's pixels and the model's positions."""
+    from PIL import Image
+    from transformers import AutoModelForImageTextToText
+
+    from recipe.forge.engines.local.vision_processor import load_processor
+    from recipe.forge.engines.verl.cpu.hf_rollout import HFRolloutServer
+
+    rng = np.random.default_rng(3)
+    images = [Image.fromarray(rng.integers(0, 256, size=shape, dtype=np.uint8)) for shape in ((56, 56, 3), (48, 80, 3))]
+    processor = load_processor(str(tiny_vlm_dir))
+    chats = [[{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": f"Room {i}. Move."}]}]
+             for i in range(len(images))]
+    encoded = [processor(text=[processor.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)],
+                         images=[image], return_tensors="pt") for chat, image in zip(chats, images)]
+    server = HFRolloutServer(str(tiny_vlm_dir), response_length=6)
+    params = {"temperature": 0}
+
+    async def ask_all():
+        return await asyncio.gather(*[server.generate(e["input_ids"][0].tolist(), params, image_data=[image])
+                                      for e, image in zip(encoded, images)])
+
+    outputs = asyncio.run(ask_all())
+    model = AutoModelForImageTextToText.from_pretrained(tiny_vlm_dir, dtype=torch.float32).eval()
+    for e, out in zip(encoded, outputs):
+        prompt = e["input_ids"][0].tolist()
+        full = torch.tensor([prompt + out.token_ids])
+        with torch.no_grad():
+            logits = model(input_ids=full, attention_mask=torch.ones_like(full), pixel_values=e["pixel_values"],
+                           image_grid_thw=e["image_grid_thw"],
+                           mm_token_type_ids=(full == model.config.image_token_id).int()).logits[0].float()
+        logp = torch.log_softmax(logits[len(prompt) - 1:-1], dim=-1)
+        assert out.token_ids == logp.argmax(dim=-1).tolist()  # greedy
+        expected = logp.gather(-1, torch.tensor(out.token_ids).unsqueeze(-1)).squeeze(-1)
+        assert out.log_probs == pytest.approx(expected.tolist(), abs=1e-4)
+
+    prompt = encoded[0]["input_ids"][0].tolist()
+    with pytest.raises(ValueError, match="the prompt ids hold 4 image tokens but its 2 image"):
+        asyncio.run(server.generate(prompt, params, image_data=images))
+    with pytest.raises(ValueError, match="not videos"):
+        asyncio.run(server.generate(prompt, params, video_data=[np.zeros((2, 56, 56, 3), dtype=np.uint8)]))
+
+
+def test_hf_server_takes_a_vision_language_actors_weights_by_their_names(tiny_vlm_dir):
+    """verl's FSDP actor loads the model with AutoModelForImageTextToText and sends its state_dict names
+    (``model.visual.*``, ``model.language_model.*``): the server takes every one of them."""
+    from transformers import AutoModelForImageTextToText
+
+    from recipe.forge.engines.verl.cpu.hf_rollout import HFRolloutServer
+
+    server = HFRolloutServer(str(tiny_vlm_dir), response_length=4)
+    actor = AutoModelForImageTextToText.from_pretrained(tiny_vlm_dir, dtype=torch.float32)
+    weights = {name: torch.full_like(tensor, 0.02) for name, tensor in actor.state_dict().items()}
+    assert any(name.startswith("model.visual.") for name in weights)
+    assert server.update_weights(weights) == 1
+    expected = sum(0.02 * p.numel() for p in server.model.parameters())
+    assert server.state_checksum() == pytest.approx(expected, rel=1e-4)
+
+
+def test_hf_server_of_a_text_model_refuses_images(tiny_answering_dir):
+    from PIL import Image
+
+    from recipe.forge.engines.verl.cpu.hf_rollout import HFRolloutServer
+
+    server = HFRolloutServer(tiny_answering_dir, response_length=4)
+    with pytest.raises(ValueError, match="has no image processor"):
+        asyncio.run(server.generate([1, 2, 3], {"temperature": 0}, image_data=[Image.new("RGB", (56, 56))]))
 
 
 # ------------------------------------------------------------------------------------ the advantage step

@@ -86,18 +86,23 @@ class ImagePrompts:
 
     def images(self, messages: list[Message], prompt_ids: Sequence[int]) -> PromptImages | None:
         """The images of ``messages`` processed again (the image processor alone) for the prompt ``prompt_ids``
-        that :meth:`encode` gave; a ValueError when their image tokens and the ids' pad tokens differ in number."""
-        images = message_images(messages)
+        that :meth:`encode` gave (:meth:`process`)."""
+        return self.process(message_images(messages), prompt_ids)
+
+    def process(self, images: Sequence[Any], prompt_ids: Sequence[int]) -> PromptImages | None:
+        """``images`` (HxWx3 arrays or PIL images, in the order of their tokens) processed by the image processor
+        alone for the prompt ``prompt_ids`` (None without images); a ValueError when their image tokens and the
+        ids' pad tokens differ in number."""
         pads = sum(1 for token in prompt_ids if token == self.image_token_id)
         processed = None
         tokens = 0
         if images:
-            out = self.processor.image_processor(images=images, return_tensors="pt")
+            out = self.processor.image_processor(images=list(images), return_tensors="pt")
             processed = PromptImages(out["pixel_values"], out["image_grid_thw"])
             tokens = int(processed.image_grid_thw.prod(dim=-1).sum()) // self.merge_size ** 2
         if pads != tokens:
             raise ValueError(f"the prompt ids hold {pads} image tokens but its {len(images)} image(s) make {tokens}: "
-                             "the ids were not encoded from these messages by this processor")
+                             "the ids were not encoded with these images by this processor")
         return processed
 
 

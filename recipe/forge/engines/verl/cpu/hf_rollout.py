@@ -7,7 +7,10 @@ same three parts as verl's own:
   ``generate`` calls. Concurrent requests (verl runs every episode of a worker as a coroutine) are gathered
   into batches and decoded together by the embedded engine's :class:`HFGenerator` (KV cache, stop strings,
   top-k/top-p), which returns the log-prob of each sampled token as ``log_softmax(logits / temperature)``:
-  the quantity verl's actor recomputes, so rollout and actor log-probs agree up to float error;
+  the quantity verl's actor recomputes, so rollout and actor log-probs agree up to float error. A
+  vision-language policy (Qwen2.5-VL, Qwen3-VL) loads as the embedded engine loads it, with its processor; a
+  request's ``image_data`` (the PIL images verl's agent loop processed into the prompt's pad tokens) goes through
+  the same image processor and is decoded with the model's 3-D rotary positions, as the embedded engine decodes;
 * :class:`HFReplica`, registered in verl's public ``RolloutReplicaRegistry``, which starts one server per
   replica in hybrid mode (the actor workers are the replica's workers);
 * :class:`HFServerAdapter`, the in-worker ``BaseRollout`` the actor pushes weights through after each update:
@@ -28,6 +31,7 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
 
 from agent_system.multi_turn_rollout.protocols import SamplingParams
+from recipe.forge.engines.local.vision_inputs import ImagePrompts, PromptImages
 from recipe.forge.engines.verl.cpu.verl_private import register_rollout_adapter
 
 ROLLOUT_NAME = "hf"
@@ -60,6 +64,7 @@ def sampling_from_request(params: dict[str, Any], default_max_tokens: int) -> Sa
 class _Request:
     prompt_ids: list[int]
     sampling: SamplingParams
+    images: Optional[PromptImages]  # the prompt's processed images, None for a text prompt
     done: asyncio.Future = field(repr=False)
 
 
@@ -77,17 +82,15 @@ class HFRolloutServer:
 
     def __init__(self, model_path: str, response_length: int, max_batch_size: int = 64, seed: int = 0,
                  num_threads: int = 0, name: str = ""):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         from recipe.forge.engines.local.generation import HFGenerator
+        from recipe.forge.engines.local.model_loading import PolicyConfig, build_policy
 
         if num_threads:
             torch.set_num_threads(num_threads)
-        tokenizer = AutoTokenizer.from_pretrained(model_path)
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
-        self.generator = HFGenerator(self.model, tokenizer, batch_size=max_batch_size,
+        policy = build_policy(PolicyConfig(path=str(model_path), dtype="fp32", use_reference=False))
+        self.model = policy.model.eval()
+        self.image_prompts = None if policy.processor is None else ImagePrompts(policy.processor)
+        self.generator = HFGenerator(self.model, policy.tokenizer, batch_size=max_batch_size,
                                      generator=torch.Generator().manual_seed(int(seed)))
         self.response_length = int(response_length)
         self.max_batch_size = int(max_batch_size)
@@ -100,10 +103,11 @@ class HFRolloutServer:
     # ----------------------------------------------------------------- generation
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str = "",
                        image_data: Any = None, video_data: Any = None, **kwargs: Any) -> TokenOutput:
-        if image_data or video_data:
-            raise ValueError("the hf rollout server is text-only; image/video inputs need a vLLM or SGLang server")
+        if video_data:
+            raise ValueError("the hf rollout server takes images, not videos")
         sampling = sampling_from_request(dict(sampling_params), self.response_length)
-        request = _Request(list(prompt_ids), sampling, asyncio.get_running_loop().create_future())
+        images = self._prompt_images(image_data, prompt_ids) if image_data else None
+        request = _Request(list(prompt_ids), sampling, images, asyncio.get_running_loop().create_future())
         self._pending.append(request)
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._drain())
@@ -115,6 +119,13 @@ class HFRolloutServer:
             extra_fields={"global_steps": self.global_steps, "rollout_server": self.name},
         )
 
+    def _prompt_images(self, image_data: list[Any], prompt_ids: list[int]) -> PromptImages:
+        """The request's images processed for its prompt (whose pad tokens they must fill)."""
+        if self.image_prompts is None:
+            raise ValueError("a request with image_data, but the rollout model has no image processor "
+                             "(actor_rollout_ref.model.path is a text-only model)")
+        return self.image_prompts.process(image_data, prompt_ids)
+
     async def _drain(self) -> None:
         """Decode pending requests in batches of equal sampling settings until none is left."""
         while self._pending:
@@ -123,7 +134,9 @@ class HFRolloutServer:
             batch = [r for r in self._pending if r.sampling == sampling][: self.max_batch_size]
             self._pending = [r for r in self._pending if not any(r is b for b in batch)]
             try:
-                outputs = await asyncio.to_thread(self.generator.generate_ids, [r.prompt_ids for r in batch], sampling)
+                images = [r.images for r in batch] if any(r.images is not None for r in batch) else None
+                outputs = await asyncio.to_thread(self.generator.generate_ids, [r.prompt_ids for r in batch], sampling,
+                                                  None, images)
             except Exception as error:  # every waiting request learns why
                 for r in batch:
                     r.done.set_exception(error)
