@@ -34,6 +34,7 @@ from agent_system.multi_turn_rollout.protocols import (ACTION_STOP, GenerationOu
 from agent_system.multi_turn_rollout.prompt_fit import fit_prompt, shorter_versions
 from agent_system.multi_turn_rollout.step import PreparedStep, finish_step, prepare_steps, response_text
 from recipe.forge.distillation import distilled_step
+from recipe.forge.engines.local.vision_inputs import message_images
 from recipe.forge.engines.verl.episode import EpisodeSession, EpisodeView, StepOutcome
 from recipe.forge.engines.verl.library_channel import NO_LIBRARY, WORKER_LIBRARY
 from recipe.forge.engines.verl.row_codec import StepExtras, row_from_record
@@ -55,6 +56,14 @@ def with_action_stop(sampling_params: dict[str, Any], backend: str) -> dict[str,
 def view_image(view: EpisodeView) -> Image.Image | None:
     """The step's image as verl's processor takes it (a PIL image), None in text mode."""
     return Image.fromarray(view.image) if view.image is not None else None
+
+
+def prompt_images(messages: list[dict[str, Any]]) -> list[Image.Image] | None:
+    """The images of the chat's image parts, in order, as PIL images (None without any): the observations as the
+    environment rendered them, which the processor resizes, as the embedded engine gives them to it. (verl's own
+    ``process_multi_modal_info`` would resize them first, with qwen_vl_utils, which also needs torchvision.)"""
+    images = [image if isinstance(image, Image.Image) else Image.fromarray(image) for image in message_images(messages)]
+    return images or None
 
 
 @dataclass
@@ -148,7 +157,7 @@ class ForgeAgentLoop(AgentLoopBase):
     async def _prompt_length(self, messages: list[dict[str, Any]]) -> int:
         """Tokens of the prompt :meth:`_generate` sends the server for ``messages`` (images and prefix included),
         counted with verl's token builder before verl's own cap (``ct_build_initial_tokens`` left-truncates)."""
-        images = (await self.process_multi_modal_info(messages)).get("images")
+        images = prompt_images(messages)
         build = self.continuous_token_builder.build_initial_tokens
         ids = await self.loop.run_in_executor(None, lambda: build(messages, images=images))
         return len(ids) + len(self.prefix_ids)
@@ -159,8 +168,8 @@ class ForgeAgentLoop(AgentLoopBase):
                 f"env {self.env_config.env_name!r} gives image observations (mode=rgb_array) but "
                 "actor_rollout_ref.model.path has no multimodal processor: use a vision-language model or mode=text"
             )
-        multi_modal_data = await self.process_multi_modal_info(messages)
-        images = multi_modal_data.get("images")
+        images = prompt_images(messages)
+        multi_modal_data = {"images": images} if images else {}
         self._assert_mm_supported(bool(multi_modal_data))
         prompt_ids = list(await self.ct_build_initial_tokens(messages, images=images)) + self.prefix_ids
         output = await self.server_manager.generate(

@@ -8,6 +8,11 @@ It registers, in verl's own registries:
 * the agent loop ``forge_agent`` (verl.experimental.agent_loop), used by the AgentLoopWorkers;
 * the trainer mode ``forge`` (verl.trainer.ppo.v1), used by verl's TaskRunner.
 
+It also lets transformers build a vision-language model's processor without torchvision
+(vision_processor.allow_processors_without_torchvision; nothing changes where torchvision is installed): verl
+loads the processor in its workers (``hf_processor``), which otherwise returns None there with only a warning, and
+the agent loop then refuses image observations.
+
 verl swallows errors raised here (and logs them only at DEBUG level), so the tests check in a fresh
 subprocess that every registration really happened. The agent loop and trainer modules import verl
 submodules; by the time verl runs its plugins its own package initialisation is complete.
@@ -16,6 +21,10 @@ submodules; by the time verl runs its plugins its own package initialisation is 
 from recipe.forge.engines.verl.cpu import register as register_cpu_backend
 
 register_cpu_backend()
+
+from recipe.forge.engines.local.vision_processor import allow_processors_without_torchvision  # noqa: E402
+
+allow_processors_without_torchvision()
 
 from recipe.forge.estimator_registry import register_with_verl  # noqa: E402
 

@@ -8,7 +8,8 @@ process runs with ``VERL_PLATFORM=cpu``. The parts:
 * ``engines``: verl's FSDP2 language-model and value engines registered for device ``cpu``;
 * ``workers``: verl's actor/rollout/ref and critic workers that bring up a gloo process group first;
 * ``hf_rollout``: the ``hf`` rollout backend (replica, server actor, in-worker weight adapter);
-* ``verl_private``: the only two places that reach past verl's public API.
+* ``verl_private``: the only three places that reach past verl's public API (the third, the repacking of
+  a vision-language batch's position ids, is not CPU-specific but has only been exercised here).
 
 :func:`register` runs in every process through our ``verl.plugins`` entry point, before any module of ours
 imports verl's trainer or workers (verl picks its platform on first use).
@@ -23,5 +24,7 @@ def register() -> None:
 
     import recipe.forge.engines.verl.cpu.engines  # noqa: F401
     from recipe.forge.engines.verl.cpu import hf_rollout
+    from recipe.forge.engines.verl.cpu.verl_private import install_position_ids_fix
 
     hf_rollout.register()
+    install_position_ids_fix()

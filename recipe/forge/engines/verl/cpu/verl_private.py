@@ -1,12 +1,20 @@
-"""The two places where the CPU backend reaches past verl 0.9.1's public API, kept here and nowhere else.
+"""The three places where our plug-ins reach past verl 0.9.1's public API, kept here and nowhere else.
 
 1. verl looks up the in-worker rollout adapter (the object the actor worker pushes weights through) in the
    module-level dict ``verl.workers.rollout.base._ROLLOUT_REGISTRY``; there is no public registration call.
 2. verl's FSDP2 engine builds ``CPUOffloadPolicy(pin_memory=True)`` for forward-only engines, by the name
    ``CPUOffloadPolicy`` in ``verl.workers.engine.fsdp.transformer_impl``; on a host without an accelerator,
    pinning fails ("Cannot access accelerator device").
+3. A vision-language row's position ids are (4, L): text positions and the three rotary ones. TransferQueue packs
+   a field's per-row tensors with ``torch.nested.as_nested_tensor(layout=torch.jagged)``, which for rows of one
+   length L succeeds with the 4 as the ragged dimension; verl's ``maybe_fix_3d_position_ids`` (called by its
+   training worker and engine, by that name, in ``verl.workers.engine_workers`` and ``verl.workers.engine.base``)
+   then declares L ragged, and the update's first row selection fails ("split_with_sizes expects split_sizes to
+   sum exactly to L"). Rows of different lengths pack another way and are not affected, so a batch whose rows
+   all have one length (a tiny model whose responses all run to the length limit) meets it; it is not
+   CPU-specific. :func:`fix_3d_position_ids` repacks such a tensor and does verl's fix otherwise.
 
-tests/verl_engine/test_cpu_backend.py checks that both still exist in the installed verl, so an upgrade that
+tests/verl_engine/test_cpu_backend.py checks that all three still exist in the installed verl, so an upgrade that
 moves them fails loudly there instead of at run time.
 """
 
@@ -43,3 +51,31 @@ def unpinned_cpu_offload_policy():
             yield
         finally:
             transformer_impl.CPUOffloadPolicy = original
+
+
+def fix_3d_position_ids(data) -> None:
+    """verl's ``maybe_fix_3d_position_ids``, also for (bs, 4, L) position ids packed ragged in the 4 (hook 3)."""
+    from verl.utils.tensordict_utils import nested_tensor_from_tensor_list
+
+    positions = data.get("position_ids", None) if "position_ids" in data.keys() else None
+    if positions is None or not positions.is_nested or positions.dim() != 3:
+        return
+    values, offsets = positions.values(), positions.offsets()
+    sizes = offsets.diff()
+    # packed ragged in the 4: the values are the rows' (4, L) blocks stacked, (bs * 4, L), every block 4 high;
+    # ragged in L (verl's layout) they are (4, sum of L), which never has as many rows as that sum
+    if values.dim() == 2 and int(offsets[-1]) == values.shape[0] and bool((sizes == sizes[0]).all()):
+        rows = [values[int(start):int(end)] for start, end in zip(offsets[:-1], offsets[1:])]
+        data["position_ids"] = nested_tensor_from_tensor_list(rows, ragged_idx=2)
+    else:
+        positions._ragged_idx = 2  # verl's own fix (the index is lost in a pickle round trip)
+
+
+def install_position_ids_fix() -> None:
+    """Make verl's training worker and engine call :func:`fix_3d_position_ids` (idempotent)."""
+    from verl.utils import tensordict_utils
+    from verl.workers import engine_workers
+    from verl.workers.engine import base
+
+    for module in (tensordict_utils, engine_workers, base):
+        module.maybe_fix_3d_position_ids = fix_3d_position_ids
