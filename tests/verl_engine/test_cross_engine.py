@@ -266,7 +266,8 @@ def verl_first_iteration(state, snapshot, verl_rollout, cfg, update: bool = Fals
 
 def local_first_iteration(state, snapshot, cfg, script: dict | None = None):
     """The embedded engine's rollout of SEEDS from ``snapshot`` under ``cfg``: greedy, or replaying ``script``
-    (:class:`ReplayGenerator`); its advantages and distillation rows."""
+    (:class:`ReplayGenerator`); its advantages and distillation rows. ``state["processor"]``, where present: the
+    vision-language model's processor (the model then loads as one, and its prompts carry their images)."""
     from agent_system.environments import make_envs
     from agent_system.multi_turn_rollout.prompt_fit import PromptBudget
     from agent_system.multi_turn_rollout.protocols import SamplingParams
@@ -278,21 +279,23 @@ def local_first_iteration(state, snapshot, cfg, script: dict | None = None):
     from recipe.forge.engines.local.generation import HFGenerator
     from recipe.forge.engines.local.update import DistillationInputs
     from recipe.forge.experience import ExperienceSystem
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
-    tokenizer = state["tokenizer"]
+    tokenizer, processor = state["tokenizer"], state.get("processor")  # processor: a vision-language model's
     prompt_length = int(cfg.actor_rollout_ref.rollout.prompt_length)
     system = ExperienceSystem.from_snapshot(snapshot, tokenizer)  # the library both engines start from
     system.begin_iteration(1)
     envs, _ = make_envs(cfg)
-    model = AutoModelForCausalLM.from_pretrained(state["model_dir"], dtype=torch.float32)
+    model_class = AutoModelForCausalLM if processor is None else AutoModelForImageTextToText
+    model = model_class.from_pretrained(state["model_dir"], dtype=torch.float32)
     greedy = SamplingParams(temperature=0.0, do_sample=False, max_new_tokens=12, stop=("</action>",))
-    hf = HFGenerator(model, tokenizer)
+    hf = HFGenerator(model, tokenizer, processor=processor)
     generator = hf if script is None else ReplayGenerator(envs, hf, script)
     collector = TrajectoryCollector(prompt_budget=PromptBudget(prompt_length, hf.prompt_length))  # the trainer's
     rollout = collector.collect(envs, generator, greedy, system.provider, seeds=SEEDS)
     algorithm = validate_algorithm(cfg.algorithm)
-    batch = build_step_batch(rollout, tokenizer.pad_token_id, algorithm.gamma, algorithm.invalid_action_penalty_coef)
+    batch = build_step_batch(rollout, tokenizer.pad_token_id, algorithm.gamma, algorithm.invalid_action_penalty_coef,
+                             hf.image_prompts)
     advantages, _ = compute_advantages(batch, algorithm)
     forge = algorithm.forge
     weight = library_distillation_weight(len(system.library), forge)
