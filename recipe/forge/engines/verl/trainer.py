@@ -41,6 +41,7 @@ from recipe.forge.distillation import library_distillation_weight
 from recipe.forge.engines.verl.distill import distillation_advantage
 from recipe.forge.engines.verl.distribution import layout_metrics
 from recipe.forge.engines.verl.forge_steps import ForgeSteps
+from recipe.forge.engines.verl.image_rows import image_metrics
 from recipe.forge.engines.verl.metrics_file import MetricsFileTee, metrics_file_tracker
 from recipe.forge.engines.verl.rollout_logprobs import has_rollout_log_probs, rollout_correction_runs
 from recipe.forge.engines.verl.row_codec import samples_from_rows
@@ -350,6 +351,10 @@ class ForgeTrainer(PPOTrainerSync):
         # evolution reports those groups, then files the steps under the driver's own clusters
         metrics.update(self.forge.keep_iteration([rows.extra[i] for i in np.flatnonzero(rows.real)]))
         metrics.update(layout_metrics(self))
+        if self.processor is not None:  # a vision-language policy: what the actor's rows carried of their images
+            real = [batch.keys[i] for i in np.flatnonzero(rows.real)]
+            inputs = tq.kv_batch_get(keys=real, partition_id=batch.partition_id, select_fields=["multi_modal_inputs"])
+            metrics.update(image_metrics([getattr(i, "data", i) for i in inputs.pop("multi_modal_inputs").tolist()]))
         return batch
 
     def on_step_end(self):
