@@ -125,6 +125,19 @@ def test_cpu_settings_replace_gpu_only_choices_and_say_so(run_config_factory):
     assert ray_init.runtime_env.env_vars.VERL_PLATFORM == "cpu"
 
 
+def test_cpu_settings_leave_the_resources_to_the_nodes_of_a_joined_cluster(run_config_factory, monkeypatch):
+    # Ray refuses num_cpus/num_gpus in ray.init when it connects to an existing cluster: a CPU run that joins one
+    # (tests/verl_engine/test_ray_cluster.py runs one) takes the resources its nodes were started with
+    from recipe.forge.engines.verl.cpu.settings import apply_cpu_settings
+
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    cfg = run_config_factory(["trainer.engine=verl", "trainer.device=cpu", "trainer.nnodes=2"])
+    apply_cpu_settings(cfg)
+    ray_init = cfg.ray_kwargs.ray_init
+    assert ray_init.get("num_cpus") is None and ray_init.get("num_gpus") is None
+    assert ray_init.runtime_env.env_vars.VERL_PLATFORM == "cpu"  # the job's processes on every node
+
+
 def test_loggers_map_to_verl_tracking_backends(run_config_factory, tmp_path):
     from verl.utils.tracking import Tracking
 

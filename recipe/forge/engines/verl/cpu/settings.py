@@ -4,6 +4,11 @@
 existing Ray cluster (``ray_kwargs.ray_init.address`` or ``RAY_ADDRESS``), ``cpu`` otherwise. With ``cpu`` the
 settings below replace whatever the run script chose, because on a CPU there is no alternative to them: each
 change is printed at start-up.
+
+A CPU run that starts its own Ray (no address) is given the logical CPUs and GPUs verl's placement groups ask for;
+one that joins a cluster (``trainer.device=cpu`` with an address, e.g. the nodes of
+recipe/forge/engines/verl/cpu/local_cluster.py) takes the resources its nodes were started with: Ray refuses
+``num_cpus``/``num_gpus`` in ``ray.init`` when it connects to an existing cluster.
 """
 
 from __future__ import annotations
@@ -45,8 +50,13 @@ def resolve_device(cfg: DictConfig) -> str:
         raise ConfigError(f"trainer.device={device!r} is not one of {list(DEVICES)}")
     if device != "auto":
         return device
-    joins_cluster = bool(OmegaConf.select(cfg, "ray_kwargs.ray_init.address", default=None) or os.environ.get("RAY_ADDRESS"))
-    return "cuda" if torch.cuda.is_available() or joins_cluster else "cpu"
+    return "cuda" if torch.cuda.is_available() or joins_cluster(cfg) else "cpu"
+
+
+def joins_cluster(cfg: DictConfig) -> bool:
+    """Whether verl's ``ray.init`` connects to an existing Ray cluster (an address in the config or in
+    ``RAY_ADDRESS``) instead of starting one."""
+    return bool(OmegaConf.select(cfg, "ray_kwargs.ray_init.address", default=None) or os.environ.get("RAY_ADDRESS"))
 
 
 def apply_cpu_settings(cfg: DictConfig) -> list[str]:
@@ -65,12 +75,13 @@ def apply_cpu_settings(cfg: DictConfig) -> list[str]:
             if old_plain != value:
                 changes.append(f"{key}: {old_plain!r} -> {value!r} ({why})")
             OmegaConf.update(cfg, key, value, merge=False, force_add=True)
-        gpus = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes)
         ray_init = cfg.ray_kwargs.ray_init
-        # verl's resource pools count GPUs only: Ray gets one logical GPU per worker, and enough logical CPUs
-        # for verl's placement-group bundles (10 CPUs each), or the placement group never becomes ready
-        ray_init.num_gpus = gpus
-        ray_init.num_cpus = max(int(ray_init.get("num_cpus") or 0), 10 * gpus + 8)
+        if not joins_cluster(cfg):
+            # verl's resource pools count GPUs only: Ray gets one logical GPU per worker, and enough logical CPUs
+            # for verl's placement-group bundles (10 CPUs each), or the placement group never becomes ready
+            gpus = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes)
+            ray_init.num_gpus = gpus
+            ray_init.num_cpus = max(int(ray_init.get("num_cpus") or 0), 10 * gpus + 8)
         env_vars = ray_init.runtime_env.get("env_vars") or {}
         ray_init.runtime_env.env_vars = {**OmegaConf.to_container(OmegaConf.create(env_vars)), "VERL_PLATFORM": "cpu"}
     return changes
