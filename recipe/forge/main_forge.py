@@ -83,6 +83,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
     from recipe.forge.durable import CheckpointError
     from recipe.forge.engines.api.retry import EndpointError
+    from recipe.forge.engines.verl.worker_faults import EXIT_CODE, WorkerDiedError
     from recipe.forge.write_faults import RunFolderError
 
     try:
@@ -99,6 +100,10 @@ def _hydra_main(cfg: DictConfig) -> None:
     except RunFolderError as exc:
         print(f"run folder error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except WorkerDiedError as exc:  # the verl engine's Ray process died; the last complete checkpoint stays
+        print(f"worker died: {exc}; resume from the last complete checkpoint with trainer.resume_mode=auto",
+              file=sys.stderr)
+        sys.exit(EXIT_CODE)
 
 
 def verl_config_searchpath() -> str:

@@ -15,7 +15,8 @@ recipe/forge/main_forge.py dispatches here. :func:`run_verl`
    written by the forge trainer itself, in the embedded engine's format and by its resume rules
    (recipe/forge/engines/verl/metrics_file.py);
 6. starts the watchdog that ends the Ray processes of this driver if it is killed
-   (recipe/forge/engines/verl/reaper.py) and runs verl's own ``run_ppo`` with its V1 TaskRunner.
+   (recipe/forge/engines/verl/reaper.py) and runs verl's own ``run_ppo`` with its V1 TaskRunner; a Ray process
+   that died ends it with the trainer's WorkerDiedError (recipe/forge/engines/verl/worker_faults.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from recipe.forge.engines.verl.cpu.settings import apply_cpu_settings, resolve_d
 from recipe.forge.engines.verl.agent_loop import AGENT_NAME
 from recipe.forge.engines.verl.reaper import start_reaper
 from recipe.forge.engines.verl.trainer import TRAINER_MODE
+from recipe.forge.engines.verl.worker_faults import unwrap
 from recipe.forge.run_config import RunConfig
 from recipe.forge.run_length import training_tasks
 
@@ -142,4 +144,10 @@ def run_verl(run: RunConfig) -> None:
     auto_set_device(cfg)
     verl_validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     start_reaper()
-    run_ppo(cfg, task_runner_class=TaskRunnerV1)
+    try:
+        run_ppo(cfg, task_runner_class=TaskRunnerV1)
+    except Exception as exc:  # a WorkerDiedError of the trainer arrives inside the TaskRunner's RayTaskError
+        died = unwrap(exc)
+        if died is exc:
+            raise
+        raise died from None

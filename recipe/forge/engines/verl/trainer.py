@@ -12,6 +12,8 @@ Select it with ``trainer.v1.trainer_mode=forge`` (run_verl does). Compared with 
   every ``algorithm.forge.library_save_freq`` iterations (and with every trainer checkpoint); the driver's
   SLEA-RL state is a ForgeSteps (recipe/forge/engines/verl/forge_steps.py), the advantage step
   :func:`advantage_step`, both usable without verl's trainer;
+* a Ray process that dies (rollout server, agent-loop worker, FSDP rank) ends the run with one error naming it
+  and the iteration (recipe/forge/engines/verl/worker_faults.py);
 * optional self-distillation (algorithm.forge.use_distillation): see recipe/forge/engines/verl/distill.py;
 * validation runs with the library evolved from the iteration before it (published again at validation start),
   as on the embedded engine, and with ``trainer.rollout_data_dir`` its steps are dumped in the embedded
@@ -46,6 +48,7 @@ from recipe.forge.engines.verl.metrics_file import MetricsFileTee, metrics_file_
 from recipe.forge.engines.verl.rollout_logprobs import has_rollout_log_probs, rollout_correction_runs
 from recipe.forge.engines.verl.row_codec import samples_from_rows
 from recipe.forge.engines.verl.validation_dump import ValidationRowTap
+from recipe.forge.engines.verl.worker_faults import worker_died
 from recipe.forge.step_samples import (STEP_ESTIMATORS, samples_advantage, section_value, step_returns,
                                        token_level_scores)
 
@@ -252,6 +255,17 @@ class ForgeTrainer(PPOTrainerSync):
         (verl clears a batch from TransferQueue right after reading it): SLEA-RL's validation metrics and dump
         are computed from those rows. verl builds it in its __init__, before ``self.forge`` exists."""
         return ValidationRowTap(super()._build_replay_buffer(), lambda batch: self.forge.keep_validation_batch(batch))
+
+    def fit(self, agent_loop_manager):
+        """verl's fit; a Ray process of the run that dies ends it with a WorkerDiedError naming the process and
+        the iteration (recipe/forge/engines/verl/worker_faults.py)."""
+        try:
+            return super().fit(agent_loop_manager)
+        except Exception as exc:
+            died = worker_died(exc, self.global_steps)
+            if died is None:
+                raise
+            raise died from exc
 
     def on_init_end(self):
         super().on_init_end()

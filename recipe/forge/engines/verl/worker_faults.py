@@ -1,0 +1,82 @@
+"""A Ray process of the run that died (a rollout server, an agent-loop worker, an FSDP rank) ends the run with one
+error naming it and the iteration, instead of the chain of Ray tracebacks it arrives as.
+
+When an actor dies, the call that reaches it next raises Ray's ``ActorDiedError`` (a ``RayActorError``); by the
+time it reaches verl's trainer it may be wrapped in the ``RayTaskError`` of each actor it passed through (the
+agent-loop worker, the TaskRunner). :func:`dead_actor` finds the death under the wrappers, :func:`describe` names
+the process from Ray's own report of it (class, actor name, pid, node IP), and the forge trainer raises
+:class:`WorkerDiedError` with the iteration (recipe/forge/engines/verl/trainer.py); the driver re-raises it without
+the TaskRunner's wrapper (:func:`unwrap`) and ``python -m recipe.forge.main_forge`` prints it and exits with
+:data:`EXIT_CODE`.
+
+verl restarts no actor of a run (its rollout servers, agent-loop workers and FSDP ranks have no ``max_restarts``),
+so the run ends; checkpoints are written whole before the iteration that failed, and a resume
+(``trainer.resume_mode=auto``) continues from the last of them.
+"""
+
+from __future__ import annotations
+
+import re
+
+EXIT_CODE = 3
+# the lines of Ray's ActorDiedError message that name the process ("\tclass_name: X", "\tname: Y", ...)
+FIELDS = ("class_name", "name", "pid", "ip")
+
+
+class WorkerDiedError(RuntimeError):
+    """A Ray process of the run died; the message names it and the iteration."""
+
+
+def dead_actor(exc: BaseException | None) -> BaseException | None:
+    """The Ray ``RayActorError`` (an actor that died or could not start) under ``exc``'s wrappers, or None."""
+    from ray.exceptions import RayActorError, RayTaskError
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, RayActorError) and not isinstance(exc, RayTaskError):
+            return exc
+        cause = getattr(exc, "cause", None) if isinstance(exc, RayTaskError) else None
+        exc = cause or exc.__cause__ or exc.__context__
+    return None
+
+
+def describe(died: BaseException) -> str:
+    """``<kind> <name> (<class>, pid <pid>, node <ip>)`` from Ray's report of a dead actor; Ray's first line
+    when the report names no process."""
+    text = str(died)
+    found = {key: match.group(1) for key in FIELDS
+             if (match := re.search(rf"^\s*{key}: (\S+)\s*$", text, flags=re.MULTILINE))}
+    if "class_name" not in found:
+        return f"a Ray actor ({text.strip().splitlines()[0] if text.strip() else type(died).__name__})"
+    name, cls = found.get("name"), found["class_name"]
+    where = ", ".join(part for part in (cls, found.get("pid") and f"pid {found['pid']}",
+                                        found.get("ip") and f"node {found['ip']}") if part)
+    return f"{kind(cls)} {name or '(unnamed)'} ({where})"
+
+
+def kind(class_name: str) -> str:
+    """What the actor is to the run, from its class."""
+    if "RolloutServer" in class_name:
+        return "rollout server"
+    if "AgentLoopWorker" in class_name:
+        return "agent-loop worker"
+    if class_name.startswith("WorkerDict") or "Worker" in class_name:
+        return "training worker"
+    return "Ray actor"
+
+
+def worker_died(exc: BaseException, iteration: int) -> WorkerDiedError | None:
+    """The :class:`WorkerDiedError` of ``exc`` raised during ``iteration``, or None when no actor died."""
+    died = dead_actor(exc)
+    if died is None:
+        return None
+    reason = re.search(r"^\s*The actor is dead because (.+)$", str(died), flags=re.MULTILINE)
+    return WorkerDiedError(f"{describe(died)} died during iteration {iteration}"
+                           + (f": {reason.group(1).strip()}" if reason else ""))
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    """The :class:`WorkerDiedError` a Ray task raised (under its ``RayTaskError``), else ``exc`` itself."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, WorkerDiedError) else exc
