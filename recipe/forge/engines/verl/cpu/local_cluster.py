@@ -1,0 +1,179 @@
+"""A Ray cluster of several nodes on one machine, brought up the way docs/gpu_cluster.md (section 4) brings one up
+on several: ``ray start --head`` on the first node, then ``ray start --address=HEAD:PORT`` for each other node.
+
+Each node is a raylet of its own with its own logical resources: ``num_cpus`` logical CPUs and ``num_gpus`` logical
+GPUs (the CPU backend's verl workers are scheduled on logical ``GPU`` resources: one per rank, and verl's
+placement-group bundles ask 10 CPUs each, see recipe/forge/engines/verl/cpu/settings.py). A run then joins it with
+``RAY_ADDRESS=`` :attr:`LocalCluster.address` and ``trainer.nnodes`` equal to the number of nodes.
+
+Scoped, so that it can run next to other Ray instances on the same machine: every node has its own temp folder
+and its own ports (from ``base_port`` up, :func:`node_ports`), and every process ``ray start`` brings up carries
+``SLEA_RL_RAY_CLUSTER=<token>`` in its environment (Ray's daemons and the worker processes they start inherit
+it). :meth:`LocalCluster.stop` ends exactly the processes carrying its token; ``ray stop`` would end every Ray
+process of the user on the machine, other clusters included. Linux only (it reads /proc).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from recipe.forge.engines.verl.reaper import end_processes, process_table
+
+MARKER = "SLEA_RL_RAY_CLUSTER"
+HEAD_PORTS = ("port", "ray-client-server-port", "dashboard-port")  # the head node's own
+NODE_PORTS = ("node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
+              "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port",
+              "min-worker-port", "max-worker-port")
+WORKER_PORTS_PER_NODE = 40  # Ray's worker processes of a node bind in [min-worker-port, max-worker-port]
+PORTS_PER_NODE = len(NODE_PORTS) + WORKER_PORTS_PER_NODE
+READY_TIMEOUT_S = 60.0
+# Ray 2.5x: ``ray start --head`` turns token authentication on, while ``ray start --address`` and ``ray.init`` of
+# a driver default to it off and are refused; every node and client of the cluster says ``token`` (the token is
+# the user's ~/.ray/auth_token, one file on one machine)
+AUTH = {"RAY_AUTH_MODE": "token"}
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be brought up (the message names the node and the command's output)."""
+
+
+def node_ports(base_port: int, node: int) -> dict[str, int]:
+    """The ports of node ``node`` (0 = head): the head's three from ``base_port``, then a block per node."""
+    first = base_port + len(HEAD_PORTS) + node * PORTS_PER_NODE
+    ports = {name: first + i for i, name in enumerate(NODE_PORTS[:-2])}
+    ports["min-worker-port"] = first + len(NODE_PORTS)
+    ports["max-worker-port"] = first + PORTS_PER_NODE - 1
+    if node == 0:
+        ports.update({name: base_port + i for i, name in enumerate(HEAD_PORTS)})
+    return ports
+
+
+def node_command(node: int, base_port: int, num_cpus: int, num_gpus: int, temp_root: str) -> list[str]:
+    """The ``ray start`` command of node ``node`` (0: the head, with the dashboard Ray's state API reads)."""
+    ports = node_ports(base_port, node)
+    role = (["--head", "--include-dashboard=true", "--dashboard-host=127.0.0.1"] if node == 0
+            else [f"--address=127.0.0.1:{base_port}"])
+    return ["ray", "start", *role, "--node-ip-address=127.0.0.1", f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}",
+            f"--temp-dir={temp_root}/node{node}", "--disable-usage-stats",
+            *(f"--{name}={port}" for name, port in ports.items())]
+
+
+def ports_free(first: int, count: int) -> bool:
+    """Whether ``count`` ports from ``first`` can all be bound on 127.0.0.1 now."""
+    for port in range(first, first + count):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
+
+
+def free_base_port(nodes: int, start: int = 20000, stop: int = 30000) -> int:
+    """A base port whose whole range (:func:`node_ports` of ``nodes`` nodes) is free now."""
+    count = len(HEAD_PORTS) + nodes * PORTS_PER_NODE
+    for first in range(start + os.getpid() % 50 * count, stop - count, count):
+        if ports_free(first, count):
+            return first
+    raise ClusterError(f"no {count} free consecutive ports between {start} and {stop}")
+
+
+def processes_with(marker: str, proc: Path = Path("/proc")) -> set[tuple[int, int]]:
+    """The processes (pid, start time) whose environment holds ``marker`` (``NAME=value``)."""
+    needle = marker.encode() + b"\0"
+    found = set()
+    for pid, (_, start) in process_table(proc).items():
+        try:
+            environ = (proc / str(pid) / "environ").read_bytes()
+        except OSError:  # ended, or not ours
+            continue
+        if environ.startswith(needle) or b"\0" + needle in environ:
+            found.add((pid, start))
+    return found
+
+
+class LocalCluster:
+    """``nodes`` Ray nodes on this machine (see the module docstring); a context manager that stops them."""
+
+    def __init__(self, nodes: int = 2, num_cpus: int = 14, num_gpus: int = 1, base_port: int | None = None,
+                 env: dict[str, str] | None = None):
+        if nodes < 1:
+            raise ValueError(f"nodes={nodes}: a cluster has at least one node")
+        self.nodes, self.num_cpus, self.num_gpus = nodes, num_cpus, num_gpus
+        self.base_port = free_base_port(nodes) if base_port is None else base_port
+        self.temp_root = tempfile.mkdtemp(prefix="slea_ray_", dir="/tmp")  # short: Ray's socket paths are limited
+        self.token = f"{MARKER}={uuid.uuid4().hex}"
+        self.env = {**os.environ, **(env or {}), **AUTH, MARKER: self.token.split("=", 1)[1]}
+        self.ray_cli = str(Path(sys.executable).with_name("ray"))  # this environment's Ray
+        self.commands = [node_command(node, self.base_port, num_cpus, num_gpus, self.temp_root) for node in range(nodes)]
+
+    @property
+    def address(self) -> str:
+        """The head node's address, for ``RAY_ADDRESS`` or ``ray_kwargs.ray_init.address``."""
+        return f"127.0.0.1:{self.base_port}"
+
+    def node_names(self) -> dict[str, str]:
+        """node_id -> ``node<i>``, ``i`` the node's position in :attr:`commands` (0 = head): :meth:`start` starts
+        them one after the other, so Ray's start times order them."""
+        nodes = sorted(self.alive_nodes(), key=lambda node: str(node["start_time_ms"]))  # "YYYY-MM-DD hh:mm:ss.ffffff"
+        return {node["node_id"]: f"node{i}" for i, node in enumerate(nodes)}
+
+    def client_env(self) -> dict[str, str]:
+        """What a driver's environment needs to join this cluster: ``RAY_ADDRESS`` and the authentication mode."""
+        return {"RAY_ADDRESS": self.address, **AUTH}
+
+    def start(self) -> LocalCluster:
+        """Run the ``ray start`` commands in order and wait until Ray lists every node alive."""
+        for node, command in enumerate(self.commands):
+            result = subprocess.run([self.ray_cli, *command[1:]], env=self.env, capture_output=True, text=True)
+            if result.returncode != 0:
+                self.stop()
+                raise ClusterError(f"node {node}: `{shlex.join(command)}` exited {result.returncode}:\n"
+                                   f"{(result.stdout + result.stderr)[-3000:]}")
+        self.wait_for_nodes()
+        return self
+
+    def ray_list(self, kind: str, *filters: str) -> list[dict]:
+        """``ray list <kind>`` (Ray's state API CLI: nodes, actors, ...) of this cluster, as dicts, detailed."""
+        command = [self.ray_cli, "list", kind, f"--address={self.address}", "--format=json", "--detail",
+                   "--limit=10000", *(f"--filter={f}" for f in filters)]
+        result = subprocess.run(command, env=self.env, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ClusterError(f"`{shlex.join(command)}` exited {result.returncode}: {result.stderr[-2000:]}")
+        return json.loads(result.stdout)
+
+    def alive_nodes(self) -> list[dict]:
+        """This cluster's alive nodes, as Ray's state API lists them (node_id, is_head_node, resources_total, ...)."""
+        return self.ray_list("nodes", "state=ALIVE")
+
+    def wait_for_nodes(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        deadline, last_error = time.monotonic() + timeout_s, None
+        while time.monotonic() < deadline:
+            try:
+                if len(self.alive_nodes()) == self.nodes:
+                    return
+            except ClusterError as exc:  # the dashboard is still starting
+                last_error = exc
+            time.sleep(1.0)
+        self.stop()
+        raise ClusterError(f"the {self.nodes} nodes at {self.address} were not all alive after {timeout_s:.0f} s"
+                           f" (last state API error: {last_error})")
+
+    def stop(self) -> None:
+        """End every process of this cluster (those carrying its token), SIGTERM then SIGKILL."""
+        end_processes(processes_with(self.token))
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
