@@ -39,14 +39,6 @@ def doc_commands(nodes: int, cpus_per_node: int) -> list[str]:
     return [shlex.join(node_command(node, DOC_BASE_PORT, cpus_per_node, 1, DOC_TEMP_ROOT)) for node in range(nodes)]
 
 
-def placement(cluster: LocalCluster, names: dict[str, str]) -> dict[str, list[str]]:
-    """For each actor class of the cluster's jobs, the node (``names``: node_id -> name) of each actor, sorted."""
-    where: dict[str, list[str]] = {}
-    for actor in cluster.ray_list("actors"):
-        where.setdefault(actor["class_name"], []).append(names.get(actor["node_id"], "unknown"))
-    return {name: sorted(found) for name, found in sorted(where.items())}
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=2)
@@ -77,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = json.loads(result.stdout.strip().splitlines()[-1])
         summary.update(cluster_up_s=round(up_s, 1), address=cluster.address,
                        cluster_nodes={name: node_id for node_id, name in names.items()},
-                       placement=placement(cluster, names))
+                       placement=cluster.placement())
         print(json.dumps(summary))
         return 0
     finally:

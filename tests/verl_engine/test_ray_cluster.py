@@ -7,10 +7,10 @@ each node with one logical GPU, and the run is the user's entry point (scripts/v
 
 * the run trains, with one FSDP rank on each node (Ray's state API says where each actor ran) and a rollout server
   per rank; a checkpoint after each iteration;
-* once iteration 2 is logged, the second rollout server is killed from outside (SIGKILL to the pid Ray's state
-  API gives for ``slea_rl_hf_server_1``): the run ends in iteration 3 with one line naming the server, its pid and
-  the iteration, checkpoint 2 whole (actor shards, library) and no checkpoint 3 begun;
-* a resume (``trainer.resume_mode=auto``) continues from checkpoint 2 and finishes iteration 3 on both nodes.
+* once iteration 1 is logged, the second rollout server is killed from outside (SIGKILL to the pid Ray's state
+  API gives for ``slea_rl_hf_server_1``): the run ends in iteration 2 with one line naming the server, its pid and
+  the iteration, checkpoint 1 whole (actor shards, library) and no checkpoint 2 begun;
+* a resume (``trainer.resume_mode=auto``) continues from checkpoint 1 and finishes iteration 2 on both nodes.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = [sys.executable, str(REPO / "scripts" / "verl_cpu_smoke.py"), "--json", "--nodes", "2", "--ranks", "1",
-         "--iterations", "3", "--save-freq", "1"]
+         "--iterations", "2", "--save-freq", "1"]
 
 
 @pytest.fixture(scope="module")
@@ -61,34 +61,31 @@ def test_two_nodes_train_a_killed_rollout_server_ends_the_run_clearly_and_a_resu
     try:
         wait_for(lambda: metrics_lines(tmp_path) >= 1, run, "iteration 1")
         [server] = cluster.ray_list("actors", "name=slea_rl_hf_server_1", "state=ALIVE")
-        wait_for(lambda: metrics_lines(tmp_path) >= 2, run, "iteration 2")
         os.kill(int(server["pid"]), signal.SIGKILL)  # the server's process, from outside the run
         _, stderr = run.communicate(timeout=300)
     finally:
         if run.poll() is None:
             run.kill()
     assert run.returncode != 0 and "the run failed (exit 3)" in stderr, stderr[-3000:]
-    names = cluster.node_names()
     assert (f"worker died: rollout server slea_rl_hf_server_1 (HFRolloutServer, pid {server['pid']}, node "
-            in stderr and "died during iteration 3" in stderr), stderr[-3000:]
+            in stderr and "died during iteration 2" in stderr), stderr[-3000:]
 
-    # iterations 1 and 2 ran on both nodes: an FSDP rank (verl's WorkerDict) on each; the two hf rollout servers
+    # iteration 1 ran on both nodes: an FSDP rank (verl's WorkerDict) on each; the two hf rollout servers
     # are not pinned to their rank's node (Ray places them where it likes; verl's weight sync reaches them anyway)
-    where = {}
-    for actor in cluster.ray_list("actors"):
-        where.setdefault(actor["class_name"], []).append(names[actor["node_id"]])
-    assert sorted(where["WorkerDict"]) == ["node0", "node1"] and len(where["HFRolloutServer"]) == 2, where
-    assert metrics_lines(tmp_path) == 2
+    where = cluster.placement()
+    assert where.get("WorkerDict") == ["node0", "node1"], where
+    assert len(where.get("HFRolloutServer", [])) == 2, where
+    assert metrics_lines(tmp_path) == 1
 
-    # nothing of iteration 3 was written; checkpoint 2 is whole and its library parses
+    # nothing of iteration 2 was written; checkpoint 1 is whole and its library parses
     checkpoints = tmp_path / "run"
-    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
-    assert not (checkpoints / "global_step_3").exists()
-    actor = checkpoints / "global_step_2" / "actor"
+    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
+    assert not (checkpoints / "global_step_2").exists()
+    actor = checkpoints / "global_step_1" / "actor"
     assert json.loads((actor / "fsdp_config.json").read_text())["world_size"] == 2
     assert sorted(p.name for p in actor.glob("model_world_size_2_rank_*.pt")) == [
         "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
-    library = json.loads((checkpoints / "global_step_2" / "forge_library" / "experience_library.json").read_text())
+    library = json.loads((checkpoints / "global_step_1" / "forge_library" / "experience_library.json").read_text())
     assert library["payload"]["library"]["entries"] is not None
     for saved in (tmp_path / "library").rglob("*.json"):
         json.loads(saved.read_text())  # every library file the run wrote is whole
@@ -97,10 +94,10 @@ def test_two_nodes_train_a_killed_rollout_server_ends_the_run_clearly_and_a_resu
                              capture_output=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = json.loads(resumed.stdout.strip().splitlines()[-1])
-    assert summary["steps"] == [1, 2, 3] and summary["first_step"] == 1
+    assert summary["steps"] == [1, 2] and summary["first_step"] == 1
     assert (summary["world_size"], summary["replicas"], summary["nodes"]) == (2, 2, 2)
     assert summary["rollout_servers_seen"][-1] == 2 and summary["grad_norm"] > 0
-    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
 
 
 def test_the_gpu_cluster_page_shows_the_commands_the_cluster_runs():

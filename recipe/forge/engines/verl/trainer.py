@@ -262,10 +262,15 @@ class ForgeTrainer(PPOTrainerSync):
         try:
             return super().fit(agent_loop_manager)
         except Exception as exc:
-            died = worker_died(exc, self.global_steps)
+            died = worker_died(exc, self.global_steps, self.run_actors(agent_loop_manager))
             if died is None:
                 raise
             raise died from exc
+
+    def run_actors(self, agent_loop_manager) -> list:
+        """The Ray actors this run lives on: its rollout servers, agent-loop workers and training workers."""
+        return [*self.llm_server_manager.server_handles, *agent_loop_manager.agent_loop_workers,
+                *self.actor_rollout_wg.workers]
 
     def on_init_end(self):
         super().on_init_end()

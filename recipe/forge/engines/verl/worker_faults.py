@@ -3,8 +3,12 @@ error naming it and the iteration, instead of the chain of Ray tracebacks it arr
 
 When an actor dies, the call that reaches it next raises Ray's ``ActorDiedError`` (a ``RayActorError``); by the
 time it reaches verl's trainer it may be wrapped in the ``RayTaskError`` of each actor it passed through (the
-agent-loop worker, the TaskRunner). :func:`dead_actor` finds the death under the wrappers, :func:`describe` names
-the process from Ray's own report of it (class, actor name, pid, node IP), and the forge trainer raises
+agent-loop worker, the TaskRunner). :func:`dead_actor` finds the death under the wrappers. The failure may also
+arrive as something else: the agent loop records the episodes a dead server could not answer as failed, and verl's
+replay buffer then refuses a batch of failed groups with its own RuntimeError. So when the chain holds no death,
+:func:`first_dead` asks each of the run's processes (rollout servers, agent-loop workers, FSDP ranks) whether it is
+alive. :func:`describe` names the dead process from Ray's own report of it (class, actor name, pid, node IP), and
+the forge trainer raises
 :class:`WorkerDiedError` with the iteration (recipe/forge/engines/verl/trainer.py); the driver re-raises it without
 the TaskRunner's wrapper (:func:`unwrap`) and ``python -m recipe.forge.main_forge`` prints it and exits with
 :data:`EXIT_CODE`.
@@ -17,6 +21,7 @@ so the run ends; checkpoints are written whole before the iteration that failed,
 from __future__ import annotations
 
 import re
+from typing import Any, Iterable
 
 EXIT_CODE = 3
 # the lines of Ray's ActorDiedError message that name the process ("\tclass_name: X", "\tname: Y", ...)
@@ -66,9 +71,26 @@ def kind(class_name: str) -> str:
     return "Ray actor"
 
 
-def worker_died(exc: BaseException, iteration: int) -> WorkerDiedError | None:
-    """The :class:`WorkerDiedError` of ``exc`` raised during ``iteration``, or None when no actor died."""
-    died = dead_actor(exc)
+def first_dead(actors: Iterable[Any], timeout_s: float = 30.0) -> BaseException | None:
+    """The ``RayActorError`` of the first of ``actors`` (Ray actor handles) that is dead, or None when every one
+    answers (or is too busy to answer within ``timeout_s``: a busy process is not a dead one)."""
+    import ray
+    from ray.exceptions import GetTimeoutError, RayActorError
+
+    for actor in actors:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=timeout_s)
+        except RayActorError as died:
+            return died
+        except GetTimeoutError:
+            continue
+    return None
+
+
+def worker_died(exc: BaseException, iteration: int, actors: Iterable[Any] = ()) -> WorkerDiedError | None:
+    """The :class:`WorkerDiedError` of ``exc`` raised during ``iteration``, or None when no actor died: the death
+    under ``exc``'s wrappers, else the first dead one of ``actors`` (the run's Ray actor handles)."""
+    died = dead_actor(exc) or first_dead(actors)
     if died is None:
         return None
     reason = re.search(r"^\s*The actor is dead because (.+)$", str(died), flags=re.MULTILINE)

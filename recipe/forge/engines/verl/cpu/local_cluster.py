@@ -127,6 +127,16 @@ class LocalCluster:
         nodes = sorted(self.alive_nodes(), key=lambda node: str(node["start_time_ms"]))  # "YYYY-MM-DD hh:mm:ss.ffffff"
         return {node["node_id"]: f"node{i}" for i, node in enumerate(nodes)}
 
+    def placement(self) -> dict[str, list[str]]:
+        """For each Ray actor class of the cluster's jobs (by its own name: verl's colocated worker class, made in a
+        function, is ``create_colocated_worker_cls.<locals>.WorkerDict`` to Ray), the node name (:meth:`node_names`)
+        of each of its actors, alive or dead, sorted."""
+        names = self.node_names()
+        where: dict[str, list[str]] = {}
+        for actor in self.ray_list("actors"):
+            where.setdefault(actor["class_name"].rsplit(".", 1)[-1], []).append(names.get(actor["node_id"], "unknown"))
+        return {name: sorted(found) for name, found in sorted(where.items())}
+
     def client_env(self) -> dict[str, str]:
         """What a driver's environment needs to join this cluster: ``RAY_ADDRESS`` and the authentication mode."""
         return {"RAY_ADDRESS": self.address, **AUTH}
