@@ -72,3 +72,16 @@ def test_visual_sokoban_trains_two_forge_iterations_with_the_library_on_verls_cp
         assert h["actor/grad_norm"] > 0
         assert h["forge/rollout_actor_logprob_diff_max"] < 0.01  # the server saw the images the actor sees
     assert history[1]["forge/injecting"] == 1 and history[1]["forge/experiences_per_step"] > 0  # the library, injected
+
+
+def test_the_environments_page_shows_the_command_this_test_runs():
+    """docs/environments.md's CPU command for the visual example is this test's: the same script and overrides."""
+    import shlex
+
+    doc = (REPO / "docs" / "environments.md").read_text()
+    [line] = [ln for ln in doc.splitlines() if ln.startswith("N_GPUS=1 MODEL=") and "run_sokoban.sh" in ln]
+    words = shlex.split(line)
+    script = words.index("examples/forge/run_sokoban.sh")
+    assert words[:script] == ["N_GPUS=1", "MODEL=models/tiny-qwen2.5-vl", "bash"]
+    out = Path(words[script + 1:][2].split("=", 1)[1]).parent  # trainer.default_local_dir=<out>/run
+    assert words[script + 1:] == cpu_overrides(out)
