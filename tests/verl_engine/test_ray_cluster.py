@@ -6,7 +6,7 @@ each node with one logical GPU, and the run is the user's entry point (scripts/v
 ``trainer.nnodes=2 trainer.n_gpus_per_node=1`` joining it through ``RAY_ADDRESS``:
 
 * the run trains, with one FSDP rank on each node (Ray's state API says where each actor ran) and a rollout server
-  per rank; a checkpoint after each iteration;
+  per rank on its rank's node; a checkpoint after each iteration;
 * once iteration 1 is logged, the second rollout server is killed from outside (SIGKILL to the pid Ray's state
   API gives for ``slea_rl_hf_server_1``): the run ends in iteration 2 with one line naming the server, its pid and
   the iteration, checkpoint 1 whole (actor shards, library) and no checkpoint 2 begun;
@@ -70,11 +70,10 @@ def test_two_nodes_train_a_killed_rollout_server_ends_the_run_clearly_and_a_resu
     assert (f"worker died: rollout server slea_rl_hf_server_1 (HFRolloutServer, pid {server['pid']}, node "
             in stderr and "died during iteration 2" in stderr), stderr[-3000:]
 
-    # iteration 1 ran on both nodes: an FSDP rank (verl's WorkerDict) on each; the two hf rollout servers
-    # are not pinned to their rank's node (Ray places them where it likes; verl's weight sync reaches them anyway)
+    # iteration 1 ran on both nodes: an FSDP rank (verl's WorkerDict) on each, and each rank's rollout server on
+    # its rank's node (the weight sync stays on the node)
     where = cluster.placement()
-    assert where.get("WorkerDict") == ["node0", "node1"], where
-    assert len(where.get("HFRolloutServer", [])) == 2, where
+    assert where.get("WorkerDict") == ["node0", "node1"] and where.get("HFRolloutServer") == ["node0", "node1"], where
     assert metrics_lines(tmp_path) == 1
 
     # nothing of iteration 2 was written; checkpoint 1 is whole and its library parses

@@ -27,6 +27,7 @@ from typing import Any, Generator, Optional
 
 import ray
 import torch
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
 
@@ -200,12 +201,16 @@ def model_folder(model_config: Any) -> str:
 
 
 class HFReplica(RolloutReplica):
-    """A rollout replica served by one :class:`HFRolloutServer` actor (hybrid mode: colocated with the actor)."""
+    """A rollout replica served by one :class:`HFRolloutServer` actor (hybrid mode: colocated with the actor), on the
+    node of the replica's first worker, as verl's vLLM replica places its servers (the weight sync stays on that
+    node; on a cluster of several nodes Ray would otherwise place the server anywhere)."""
 
     async def launch_servers(self) -> None:
+        node_id = await self.workers[0].__ray_call__.remote(lambda worker: ray.get_runtime_context().get_node_id())
         server = (
             ray.remote(HFRolloutServer)
-            .options(name=server_name(self.replica_rank), num_cpus=0, max_concurrency=self.max_concurrency)
+            .options(name=server_name(self.replica_rank), num_cpus=0, max_concurrency=self.max_concurrency,
+                     scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False))
             .remote(
                 model_path=model_folder(self.model_config),
                 response_length=self.config.response_length,
