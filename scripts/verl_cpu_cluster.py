@@ -29,14 +29,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from recipe.forge.engines.verl.cpu.local_cluster import LocalCluster, node_command  # noqa: E402
+from recipe.forge.engines.verl.cpu.local_cluster import AUTH, LocalCluster, node_command  # noqa: E402
 
 DOC_BASE_PORT, DOC_TEMP_ROOT = 6379, "/tmp/slea_ray"  # the commands docs/gpu_cluster.md shows
 
 
 def doc_commands(nodes: int, cpus_per_node: int) -> list[str]:
-    """The ``ray start`` commands of ``nodes`` nodes as docs/gpu_cluster.md shows them."""
-    return [shlex.join(node_command(node, DOC_BASE_PORT, cpus_per_node, 1, DOC_TEMP_ROOT)) for node in range(nodes)]
+    """The ``ray start`` commands of ``nodes`` nodes as docs/gpu_cluster.md shows them (with the environment they
+    run in: Ray's authentication mode)."""
+    environment = " ".join(f"{key}={value}" for key, value in AUTH.items())
+    return [f"{environment} {shlex.join(node_command(node, DOC_BASE_PORT, cpus_per_node, 1, DOC_TEMP_ROOT))}"
+            for node in range(nodes)]
 
 
 def main(argv: list[str] | None = None) -> int:
