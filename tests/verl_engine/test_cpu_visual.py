@@ -1,7 +1,8 @@
 """The visual path on the distributed engine's CPU backend, end to end: ``examples/forge/run_sokoban.sh`` as a
 user runs it on a machine without a GPU (``N_GPUS=1 MODEL=<folder> ... trainer.device=cpu`` and small sizes),
 with the tiny random Qwen2.5-VL (tiny_vlm.py), visual Sokoban (the room as an image), forge for 2 iterations with
-the library's gates open from the first (warm-up 0, minimum size 0), so that iteration 2 injects experiences.
+the library's gates open from the first (warm-up 0, minimum size 0), so that iteration 2 injects experiences; and
+``examples/forge/run_gym_cards_vl.sh`` the same way with the tiny Qwen3-VL.
 
 Through verl's own trainer, FSDP2 actor and reference workers, agent-loop worker and the hf rollout server: the
 rows carry their images into the actor (``forge/rows_with_images``: verl's multi_modal_inputs), the rollout
@@ -46,16 +47,18 @@ def cpu_overrides(out: Path) -> list[str]:
     ]
 
 
-def run_example(script: str, model: Path, out: Path, *extra: str) -> list[dict]:
-    """``N_GPUS=1 MODEL=<model> bash <script> <cpu overrides> <extra>``; returns the run's metrics.jsonl rows."""
+def run_example(script: str, model: Path, out: Path, *extra: str, env: dict | None = None) -> list[dict]:
+    """``N_GPUS=1 MODEL=<model> [env] bash <script> <cpu overrides> <extra>``; returns the run's metrics.jsonl
+    rows."""
     from recipe.forge.engines.local.tracking import read_metrics
 
-    env = {**os.environ, "N_GPUS": "1", "MODEL": str(model), "TOKENIZERS_PARALLELISM": "false",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # its python3
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"  # the script's python3 is ours
+    environment = {**os.environ, "N_GPUS": "1", "MODEL": str(model), "TOKENIZERS_PARALLELISM": "false", "PATH": path,
+                   **(env or {})}
     log = out / "train.log"
     with open(log, "w") as handle:
-        result = subprocess.run(["bash", script, *cpu_overrides(out), *extra], cwd=REPO, env=env, stdout=handle,
-                                stderr=subprocess.STDOUT)
+        result = subprocess.run(["bash", script, *cpu_overrides(out), *extra], cwd=REPO, env=environment,
+                                stdout=handle, stderr=subprocess.STDOUT)
     assert result.returncode == 0, log.read_text(errors="replace")[-4000:]
     return read_metrics(out / "run" / "metrics.jsonl")
 
@@ -89,6 +92,23 @@ def test_visual_sokoban_trains_two_forge_iterations_with_the_library_on_verls_cp
         assert h["actor/grad_norm"] > 0
         assert h["forge/rollout_actor_logprob_diff_max"] < 0.01  # the server saw the images the actor sees
     assert history[1]["forge/injecting"] == 1 and history[1]["forge/experiences_per_step"] > 0  # the library, injected
+
+
+def test_gym_cards_with_a_qwen3_vl_policy_trains_two_forge_iterations_with_the_library(tmp_path):
+    """``examples/forge/run_gym_cards_vl.sh``, whose default policy is a Qwen3-VL, with the tiny Qwen3-VL on
+    NumberLine (its states recur across tasks, so iteration 2 finds lessons of iteration 1's states; EZPoints deals
+    new cards to every task): the cards' 300 x 300 picture is resized by the processor's own rules."""
+    from recipe.forge.engines.local.tiny_vlm import save_tiny_vlm_dir
+
+    model = Path(save_tiny_vlm_dir(tmp_path / "tiny_qwen3_vl", family="qwen3_vl"))
+    history = run_example("examples/forge/run_gym_cards_vl.sh", model, tmp_path, env={"ENV_NAME": "gym_cards/NumberLine-v0"})
+    assert [int(h["iteration"]) for h in history] == [1, 2]
+    per_row = image_tokens(model, 300, 300)
+    for h in history:
+        rows = h["num_steps"]
+        assert h["forge/rows_with_images"] == rows and h["forge/image_tokens"] == rows * per_row > 0
+        assert h["actor/grad_norm"] > 0 and h["forge/rollout_actor_logprob_diff_max"] < 0.01
+    assert history[1]["forge/injecting"] == 1 and history[1]["forge/experiences_per_step"] > 0
 
 
 def test_the_environments_page_shows_the_command_this_test_runs():
