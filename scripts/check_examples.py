@@ -4,7 +4,8 @@
 For each ``*.sh`` under examples/ (or the paths given), every ``-m recipe.forge.main_forge`` command is
 extracted statically (no script is executed): line continuations are joined, the script's own variable
 assignments (``NAME=value``, ``NAME=${NAME:-default}``, ``export NAME=...``) are expanded with their defaults
-(the caller's environment is ignored, so the check is deterministic), bash arrays (``NAME=( ... )``, used
+(the caller's environment is ignored, so the check is deterministic; a caller of ``extract_commands`` may
+pass the variables a command line sets before the script, ``N_GPUS=1 bash ...``), bash arrays (``NAME=( ... )``, used
 as ``"${NAME[@]}"``) are expanded element by element, files the script sources (``source`` / ``.``, with
 ``$(dirname "$0")`` or ``$(dirname "${BASH_SOURCE[0]}")`` as the script's folder) are read in place, and the
 command is split like a shell would. The overrides are then
@@ -123,11 +124,13 @@ def expand_arrays(text: str, arrays: dict[str, list[str]]) -> str:
     return _ARRAY_USE.sub(repl, text)
 
 
-def extract_commands(script: Path) -> list[Command]:
+def extract_commands(script: Path, environment: dict[str, str] | None = None) -> list[Command]:
     """Every main_forge command of a script, with the script's variables and arrays expanded and the files
-    it sources read in place."""
+    it sources read in place. ``environment``: the variables the caller sets for the script (``N_GPUS=1 bash
+    script.sh``), which its ``${NAME:-default}`` take instead of their defaults; nothing else of the caller's
+    environment is read."""
     commands: list[Command] = []
-    _scan(script, {}, {}, commands, depth=0)
+    _scan(script, dict(environment or {}), {}, commands, depth=0)
     return commands
 
 

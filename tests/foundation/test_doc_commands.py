@@ -6,7 +6,8 @@ Commands are the lines of the pages' ```bash blocks. Each kind is exercised the 
 training commands (``slea-rl ...``) compose their config and pass every start-up check of their engine
 (the same checks a real start makes before any model is loaded; running them is the job of the engine tests,
 e.g. tests/local_engine/test_evaluate.py for ``trainer.val_only``); run scripts with extra overrides (and
-``VAR=value`` settings before them) go through scripts/check_examples.py with those overrides appended; the viewer,
+``VAR=value`` settings before them, which the script's ``${VAR:-default}`` take) go through
+scripts/check_examples.py with those overrides appended; the viewer,
 the export, the plotting script, the tiny VLM builder and TensorBoard run for real on a run folder built here (a
 library evolved from scripted NumberLine episodes and their rollout dumps, the main job's recorded metrics, a
 TensorBoard event file).
@@ -120,8 +121,10 @@ def check_training_command(arguments: list[str]) -> None:
 @pytest.mark.parametrize("page, command", ALL, ids=[f"{Path(p).stem}:{c[:60]}" for p, c in ALL])
 def test_documented_command_works(page, command, run_folder, check_examples, load_script, monkeypatch):
     words = shlex.split(command)
-    while re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):  # settings for a run script, which check_examples ignores
-        words = words[1:]
+    settings = {}  # VAR=value before a run script: the script's ${VAR:-default} take them
+    while re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):
+        name, value = words.pop(0).split("=", 1)
+        settings[name] = value
     if words[:2] == ["slea-rl", "export"]:  # the fixture's checkpoints are prompt-only: the library and manifest
         from recipe.forge.export import main as export
 
@@ -144,7 +147,7 @@ def test_documented_command_works(page, command, run_folder, check_examples, loa
         monkeypatch.chdir(run_folder)  # the run folder the commands name (runs/...) lives here
         check_training_command(words[1:])
     elif words[:2] == ["bash", words[1]] and words[1].startswith("examples/"):
-        found = check_examples.extract_commands(ROOT / words[1])
+        found = check_examples.extract_commands(ROOT / words[1], settings)
         assert found, f"{words[1]} has no training command"
         for script_command in found:
             script_command.overrides += words[2:]
@@ -198,7 +201,7 @@ def test_gpu_cluster_page_script_commands_compose_and_validate(command, check_ex
     words = shlex.split(command)
     start = words.index("bash")
     assert all("=" in w for w in words[:start]), f"only VAR=value may precede the script: {command}"
-    found = check_examples.extract_commands(ROOT / words[start + 1])
+    found = check_examples.extract_commands(ROOT / words[start + 1], dict(w.split("=", 1) for w in words[:start]))
     assert found, command
     for script_command in found:
         script_command.overrides += words[start + 2:]

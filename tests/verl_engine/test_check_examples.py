@@ -66,6 +66,18 @@ def test_variables_and_continuations_are_expanded(check_examples, tmp_path):
     assert command.overrides == ["env.max_steps=7", "algorithm.gamma=0.9", "trainer.engine=local"]
 
 
+def test_variables_the_caller_sets_replace_the_defaults_and_nothing_else_is_read(check_examples, tmp_path,
+                                                                                 monkeypatch):
+    script = tmp_path / "vars.sh"
+    script.write_text("#!/usr/bin/env bash\nGPUS=${GPUS:-8}\nFIXED=3\n"
+                      "python3 -m recipe.forge.main_forge trainer.n_gpus_per_node=$GPUS env.max_steps=$FIXED\n")
+    monkeypatch.setenv("GPUS", "4")  # the process environment is not the caller's command line: ignored
+    (default,) = check_examples.extract_commands(script)
+    (given,) = check_examples.extract_commands(script, {"GPUS": "1", "FIXED": "9"})
+    assert default.overrides == ["trainer.n_gpus_per_node=8", "env.max_steps=3"]
+    assert given.overrides == ["trainer.n_gpus_per_node=1", "env.max_steps=3"]  # an assignment wins, as in bash
+
+
 def test_arrays_and_sourced_files_are_expanded(check_examples, tmp_path):
     (tmp_path / "common").mkdir()
     (tmp_path / "common" / "base.sh").write_text(
