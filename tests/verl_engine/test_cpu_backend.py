@@ -127,7 +127,7 @@ def test_cpu_settings_replace_gpu_only_choices_and_say_so(run_config_factory):
 
 def test_cpu_settings_leave_the_resources_to_the_nodes_of_a_joined_cluster(run_config_factory, monkeypatch):
     # Ray refuses num_cpus/num_gpus in ray.init when it connects to an existing cluster: a CPU run that joins one
-    # (tests/verl_engine/test_ray_cluster.py runs one) takes the resources its nodes were started with
+    # (tests/verl_engine/test_cpu_end_to_end.py runs one) takes the resources its nodes were started with
     from recipe.forge.engines.verl.cpu.settings import apply_cpu_settings
 
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")

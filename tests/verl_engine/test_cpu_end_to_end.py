@@ -2,14 +2,18 @@
 workers, agent-loop workers and the hf rollout server, through ``python -m recipe.forge.main_forge`` as a user runs
 it (scripts/verl_cpu_smoke.py), with a tiny Llama on NumberLine, the library's gates open from iteration 1.
 
-* forge at world size 2 with two agent-loop workers, with self-distillation, the KL loss (reference worker) and
-  verl's rollout correction (token IS weights): two FSDP2 ranks on gloo (the checkpoint's per-rank files each hold
-  half of every parameter), two hf rollout replicas both synced after each update, the G copies of each task in one
-  worker and one library version per iteration; a checkpoint at iteration 2, exported by ``slea-rl export`` (verl's
-  model merger joins the shards) to a plain Hugging Face model with the actor's weights and greedy tokens, then a
-  resume from the sharded state that continues at iteration 3 with the library, the actor, its optimizer and the
-  task sampler restored, and validates (tests/verl_engine/test_data_parallel.py checks that world size 2 computes
-  world size 1's update);
+* forge on a real two-node Ray cluster on this machine (``ray start --head`` and ``ray start --address``, as
+  docs/gpu_cluster.md tells a multi-node user; ``trainer.nnodes=2 trainer.n_gpus_per_node=1`` joining it through
+  ``RAY_ADDRESS``) with two agent-loop workers, self-distillation, the KL loss (reference worker) and verl's rollout
+  correction (token IS weights): two FSDP2 ranks on gloo, one per node (the checkpoint's per-rank files each hold
+  half of every parameter), two hf rollout replicas, each on its rank's node and synced after each update, the G
+  copies of each task in one worker and one library version per iteration; a checkpoint at iteration 2, exported by
+  ``slea-rl export`` (verl's model merger joins the shards) to a plain Hugging Face model with the actor's weights
+  and greedy tokens. During iteration 3 the second rollout server is killed from outside (SIGKILL): the run ends
+  with one line naming it and the iteration, checkpoint 2 whole and nothing of iteration 3 written; a resume from
+  the sharded state continues at iteration 3 with the library, the actor, its optimizer and the task sampler
+  restored, and validates (tests/verl_engine/test_data_parallel.py checks that world size 2 computes world size
+  1's update);
 * grpo (verl's own advantage step on the rebuilt scores), 2 iterations: a gradient in every iteration whose
   advantages are not all zero, and none in an iteration whose groups all tied.
 
@@ -21,8 +25,11 @@ end-to-end run of its own here, for the suite's time.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -32,9 +39,11 @@ pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 
 
-def smoke(out: Path, *args: str) -> dict:
-    result = subprocess.run([sys.executable, str(REPO / "scripts" / "verl_cpu_smoke.py"), "--json", "--out", str(out), *args],
-                            capture_output=True, text=True, cwd=REPO)
+SMOKE = [sys.executable, str(REPO / "scripts" / "verl_cpu_smoke.py"), "--json"]
+
+
+def smoke(out: Path, *args: str, env: dict | None = None) -> dict:
+    result = subprocess.run([*SMOKE, "--out", str(out), *args], capture_output=True, text=True, cwd=REPO, env=env)
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -42,12 +51,66 @@ def smoke(out: Path, *args: str) -> dict:
 ROLLOUT_IS = "algorithm.rollout_correction.rollout_is=token"
 
 
-def test_forge_at_world_size_two_with_distillation_kl_and_rollout_correction_saves_and_resumes(tmp_path):
-    run = ("--ranks", "2", "--agent-workers", "2", "--distill", "--kl", "--save-freq", "2",
+@pytest.fixture(scope="module")
+def two_nodes():
+    """A Ray cluster of two nodes on this machine, one logical GPU each, brought up as docs/gpu_cluster.md tells a
+    multi-node user (``ray start --head``, ``ray start --address=...``; cpu/local_cluster.py)."""
+    from recipe.forge.engines.verl.cpu.local_cluster import LocalCluster
+
+    with LocalCluster(nodes=2, num_cpus=14, num_gpus=1, env={"PYTHONPATH": str(REPO)}) as running:
+        yield running
+
+
+def metrics_lines(out: Path) -> int:
+    path = out / "run" / "metrics.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def wait_for(lines: int, out: Path, process: subprocess.Popen, timeout_s: float = 600.0) -> None:
+    """Until the run at ``out`` has logged ``lines`` iterations (it must still be running meanwhile)."""
+    deadline = time.monotonic() + timeout_s
+    while metrics_lines(out) < lines:
+        assert process.poll() is None, f"the run ended (exit {process.returncode}) before iteration {lines}"
+        assert time.monotonic() < deadline, f"no iteration {lines} after {timeout_s:.0f} s"
+        time.sleep(0.02)
+
+
+def killed_in_iteration_3(cluster, out: Path, args: tuple[str, ...]) -> tuple[str, int]:
+    """Run the smoke script with ``args`` (3 iterations) on ``cluster``; once iteration 2 is logged, SIGKILL the second rollout server's process
+    (its pid from Ray's state API), from outside the run. Returns the run's stderr and the killed pid."""
+    env = {**cluster.env, **cluster.client_env()}
+    run = subprocess.Popen([*SMOKE, "--out", str(out), *args], cwd=REPO, env=env, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(1, out, run)
+        [server] = cluster.ray_list("actors", "name=slea_rl_hf_server_1", "state=ALIVE")
+        wait_for(2, out, run)
+        os.kill(int(server["pid"]), signal.SIGKILL)
+        _, stderr = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode != 0 and "the run failed (exit 3)" in stderr, stderr[-3000:]
+    return stderr, int(server["pid"])
+
+
+def test_forge_on_two_nodes_with_distillation_kl_and_rollout_correction_survives_a_killed_server(two_nodes, tmp_path,
+                                                                                                 load_script):
+    run = ("--nodes", "2", "--ranks", "1", "--agent-workers", "2", "--distill", "--kl", "--save-freq", "2",
            "--group-size", "4")  # 4 copies: groups rarely all tie
-    first = smoke(tmp_path, *run, ROLLOUT_IS)
+    stderr, pid = killed_in_iteration_3(two_nodes, tmp_path, (*run, "--iterations", "3", ROLLOUT_IS))
+    # the run ends with one line naming the dead process and the iteration
+    assert (f"worker died: rollout server slea_rl_hf_server_1 (HFRolloutServer, pid {pid}, node " in stderr
+            and "died during iteration 3" in stderr), stderr[-3000:]
+    # one FSDP rank (verl's WorkerDict) on each node, each rank's rollout server on its rank's node
+    where = two_nodes.placement()
+    assert where.get("WorkerDict") == ["node0", "node1"] and where.get("HFRolloutServer") == ["node0", "node1"], where
+
+    # the two iterations it completed
+    smoke_script = load_script("verl_cpu_smoke.py")
+    first = smoke_script.summarise(smoke_script.read_metrics(tmp_path / "run" / "metrics.jsonl"), "forge", 0.0)
     layout = {key: first[key] for key in ("world_size", "replicas", "agent_workers", "nodes")}
-    assert layout == {"world_size": 2, "replicas": 2, "agent_workers": 2, "nodes": 1}, first
+    assert layout == {"world_size": 2, "replicas": 2, "agent_workers": 2, "nodes": 2}, first
     assert first["iterations"] == 2 and first["first_step"] == 1
     assert first["grad_norm"] > 0 and first["kl_loss"] is not None
     assert first["experiences_per_step"] > 0 and first["distill_rows"] > 0
@@ -57,26 +120,44 @@ def test_forge_at_world_size_two_with_distillation_kl_and_rollout_correction_sav
     # verl ran the 2 tasks in the 2 workers, the G copies of each in one of them, from one library version
     assert first["agent_workers_seen"] == [2, 2] and first["task_groups_split"] == [0, 0]
     assert first["library_versions_seen"] == [1, 1]
-    assert "rollout_corr/" in Path(first["log"]).read_text(errors="replace")  # verl's correction ran for forge's step
-    checkpoint = tmp_path / "run" / "global_step_2"
-    assert (checkpoint / "actor").is_dir() and (checkpoint / "forge_library").exists()
-    assert (checkpoint / "data.pt").exists()  # verl's dataloader state: the task sampler
+    [log] = tmp_path.glob("train_*.log")
+    assert "rollout_corr/" in log.read_text(errors="replace")  # verl's correction ran for forge's step
+
+    # checkpoint 2 is whole (two shards, the library, the task sampler) and nothing of iteration 3 was written
+    checkpoints = tmp_path / "run"
+    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    assert not (checkpoints / "global_step_3").exists()
+    checkpoint = checkpoints / "global_step_2"
+    assert (checkpoint / "actor").is_dir() and (checkpoint / "data.pt").exists()
+    library = json.loads((checkpoint / "forge_library" / "experience_library.json").read_text())
+    assert library["payload"]["library"]["entries"]
+    for saved in (tmp_path / "library").rglob("*.json"):
+        json.loads(saved.read_text())  # every library file the run wrote is whole
     check_sharded_checkpoint(checkpoint / "actor", world_size=2)
     check_export(checkpoint, tmp_path / "export", world_size=2)
 
+    env = {**two_nodes.env, **two_nodes.client_env()}
     resumed = smoke(tmp_path, *run, "--resume", "--iterations", "3", ROLLOUT_IS, "trainer.test_freq=3",
-                    "actor_rollout_ref.rollout.val_kwargs.n=2")
+                    "actor_rollout_ref.rollout.val_kwargs.n=2", env=env)
     # metrics.jsonl keeps the first run's iterations (verl's own file logger would have emptied it) and adds 3
     assert resumed["steps"] == [1, 2, 3] and resumed["grad_norms"][:2] == first["grad_norms"]
     assert resumed["library_size"] >= first["library_size"] > 0  # the library came back, it did not start empty
     assert resumed["grad_norm"] > 0 and resumed["rollout_actor_logprob_diff_max"] < 0.01
-    assert resumed["world_size"] == 2
+    assert (resumed["world_size"], resumed["nodes"]) == (2, 2)
     # the embedded engine's validation rule: the 2 held-out tasks x val_kwargs.n (2 here; its default, env.rollout.n,
     # is checked by test_agent_loop_manager) copies, with the library and then without it
     validation = resumed["validation"]
     assert validation["val/num_trajectories"] == validation["val_no_library/num_trajectories"] == 2 * 2
     assert 0.0 <= validation["val/success_rate"] <= 1.0 and 0.0 <= validation["val_no_library/success_rate"] <= 1.0
     assert "val/forge/lessons_checkable" in validation and "val_no_library/forge/lessons_checkable" not in validation
+
+
+def test_the_gpu_cluster_page_shows_the_commands_the_cluster_runs():
+    """docs/gpu_cluster.md's CPU rehearsal block is what scripts/verl_cpu_cluster.py --print-commands prints."""
+    printed = subprocess.run([sys.executable, str(REPO / "scripts" / "verl_cpu_cluster.py"), "--print-commands"],
+                             capture_output=True, text=True, check=True, cwd=REPO).stdout.strip().splitlines()
+    doc = (REPO / "docs" / "gpu_cluster.md").read_text()
+    assert all(f"\n{command}\n" in doc for command in printed) and len(printed) == 2, printed
 
 
 def check_export(checkpoint: Path, out: Path, world_size: int) -> None:
