@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         command = [sys.executable, str(REPO / "scripts" / "verl_cpu_smoke.py"), "--json", "--nodes", str(args.nodes),
                    "--ranks", "1", *smoke_args]
         result = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
-                                env={**cluster.env, **cluster.client_env()})
+                                env=cluster.client_env())
         if result.returncode != 0:
             print(f"verl_cpu_cluster: the run on {args.nodes} nodes failed (exit {result.returncode})\n"
                   f"{result.stderr[-6000:]}", file=sys.stderr)

@@ -78,7 +78,7 @@ def wait_for(lines: int, out: Path, process: subprocess.Popen, timeout_s: float 
 def killed_in_iteration_3(cluster, out: Path, args: tuple[str, ...]) -> tuple[str, int]:
     """Run the smoke script with ``args`` (3 iterations) on ``cluster``; once iteration 2 is logged, SIGKILL the second rollout server's process
     (its pid from Ray's state API), from outside the run. Returns the run's stderr and the killed pid."""
-    env = {**cluster.env, **cluster.client_env()}
+    env = cluster.client_env()
     run = subprocess.Popen([*SMOKE, "--out", str(out), *args], cwd=REPO, env=env, text=True,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -136,7 +136,7 @@ def test_forge_on_two_nodes_with_distillation_kl_and_rollout_correction_survives
     check_sharded_checkpoint(checkpoint / "actor", world_size=2)
     check_export(checkpoint, tmp_path / "export", world_size=2)
 
-    env = {**two_nodes.env, **two_nodes.client_env()}
+    env = two_nodes.client_env()
     resumed = smoke(tmp_path, *run, "--resume", "--iterations", "3", ROLLOUT_IS, "trainer.test_freq=3",
                     "actor_rollout_ref.rollout.val_kwargs.n=2", env=env)
     # metrics.jsonl keeps the first run's iterations (verl's own file logger would have emptied it) and adds 3

@@ -66,7 +66,7 @@ def kind(class_name: str) -> str:
         return "rollout server"
     if "AgentLoopWorker" in class_name:
         return "agent-loop worker"
-    if class_name.startswith("WorkerDict") or "Worker" in class_name:
+    if "Worker" in class_name:  # verl's WorkerDict (an FSDP rank) and the other workers
         return "training worker"
     return "Ray actor"
 

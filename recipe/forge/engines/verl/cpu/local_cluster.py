@@ -111,8 +111,8 @@ class LocalCluster:
         self.nodes, self.num_cpus, self.num_gpus = nodes, num_cpus, num_gpus
         self.base_port = free_base_port(nodes) if base_port is None else base_port
         self.temp_root = tempfile.mkdtemp(prefix="slea_ray_", dir="/tmp")  # short: Ray's socket paths are limited
-        self.token = f"{MARKER}={uuid.uuid4().hex}"
-        self.env = {**os.environ, **(env or {}), **AUTH, MARKER: self.token.split("=", 1)[1]}
+        self.token = uuid.uuid4().hex
+        self.env = {**os.environ, **(env or {}), **AUTH, MARKER: self.token}  # every node process's environment
         self.ray_cli = str(Path(sys.executable).with_name("ray"))  # this environment's Ray
         self.commands = [node_command(node, self.base_port, num_cpus, num_gpus, self.temp_root) for node in range(nodes)]
 
@@ -138,8 +138,9 @@ class LocalCluster:
         return {name: sorted(found) for name, found in sorted(where.items())}
 
     def client_env(self) -> dict[str, str]:
-        """What a driver's environment needs to join this cluster: ``RAY_ADDRESS`` and the authentication mode."""
-        return {"RAY_ADDRESS": self.address, **AUTH}
+        """The environment a driver joins this cluster with: the nodes' (authentication mode included) and
+        ``RAY_ADDRESS``."""
+        return {**self.env, "RAY_ADDRESS": self.address}
 
     def start(self) -> LocalCluster:
         """Run the ``ray start`` commands in order and wait until Ray lists every node alive."""
@@ -159,7 +160,11 @@ class LocalCluster:
         result = subprocess.run(command, env=self.env, capture_output=True, text=True)
         if result.returncode != 0:
             raise ClusterError(f"`{shlex.join(command)}` exited {result.returncode}: {result.stderr[-2000:]}")
-        return json.loads(result.stdout)
+        try:
+            return json.loads(result.stdout)
+        except json.JSONDecodeError:  # Ray's state API answers nothing while the dashboard starts
+            raise ClusterError(f"`{shlex.join(command)}` printed no JSON: {result.stdout[-500:]!r} "
+                               f"{result.stderr[-1500:]}") from None
 
     def alive_nodes(self) -> list[dict]:
         """This cluster's alive nodes, as Ray's state API lists them (node_id, is_head_node, resources_total, ...)."""
@@ -180,7 +185,7 @@ class LocalCluster:
 
     def stop(self) -> None:
         """End every process of this cluster (those carrying its token), SIGTERM then SIGKILL."""
-        end_processes(processes_with(self.token))
+        end_processes(processes_with(f"{MARKER}={self.token}"))
 
     def __enter__(self) -> LocalCluster:
         return self.start()
