@@ -46,6 +46,12 @@ class PromptImages:
         return PromptImages(self.pixel_values.to(device), self.image_grid_thw.to(device))
 
 
+def image_token_count(image_grid_thw: torch.Tensor, merge_size: int) -> int:
+    """The image tokens of images whose patch grids are ``image_grid_thw`` ((k, 3) int): each grid's patches over
+    the processor's spatial merge of ``merge_size`` x ``merge_size`` patches into one token."""
+    return int(image_grid_thw.prod(dim=-1).sum()) // merge_size ** 2
+
+
 def message_images(messages: Sequence[Message]) -> list[Any]:
     """The images of the chat's image parts (``{"type": "image", "image": ...}``), in order."""
     images = []
@@ -99,7 +105,7 @@ class ImagePrompts:
         if images:
             out = self.processor.image_processor(images=list(images), return_tensors="pt")
             processed = PromptImages(out["pixel_values"], out["image_grid_thw"])
-            tokens = int(processed.image_grid_thw.prod(dim=-1).sum()) // self.merge_size ** 2
+            tokens = image_token_count(processed.image_grid_thw, self.merge_size)
         if pads != tokens:
             raise ValueError(f"the prompt ids hold {pads} image tokens but its {len(images)} image(s) make {tokens}: "
                              "the ids were not encoded with these images by this processor")

@@ -373,7 +373,8 @@ class ForgeTrainer(PPOTrainerSync):
         if self.processor is not None:  # a vision-language policy: what the actor's rows carried of their images
             real = [batch.keys[i] for i in np.flatnonzero(rows.real)]
             inputs = tq.kv_batch_get(keys=real, partition_id=batch.partition_id, select_fields=["multi_modal_inputs"])
-            metrics.update(image_metrics([getattr(i, "data", i) for i in inputs.pop("multi_modal_inputs").tolist()]))
+            metrics.update(image_metrics([getattr(i, "data", i) for i in inputs.pop("multi_modal_inputs").tolist()],
+                                         int(self.processor.image_processor.merge_size)))
         return batch
 
     def on_step_end(self):
