@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,9 @@ from recipe.forge.engines.local.tracking import read_metrics  # noqa: E402  (bot
 VALIDATION_FIGURES = ("success_rate", "num_trajectories", "lessons_checkable")
 
 
+# a line Ray copied from a process's log into the driver's: "(ActorName pid=123) ...", "(pid=123, ip=...) ...",
+# "(raylet) ...", perhaps in colour
+RAY_WORKER_LINE = re.compile(r"^(\x1b\[[0-9;]*m)?\((\w+ )?(pid=\d+|raylet\b)")
 MINI_BATCH_TASKS = 2  # actor_rollout_ref.actor.ppo_mini_batch_size: tasks per optimizer step
 
 
@@ -146,6 +150,12 @@ def model_folder(choice: str, out: Path) -> str:
     return str(path) if (path / "config.json").exists() else save_tiny_model_dir(path)
 
 
+def driver_lines(log: str) -> list[str]:
+    """The run's own lines of ``log``: Ray prints its workers' tracebacks there too, in any order and after the
+    run's verdict (``worker died: ...``), so a plain tail can miss the verdict."""
+    return [line for line in log.splitlines() if not RAY_WORKER_LINE.match(line)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true")
@@ -179,8 +189,9 @@ def main(argv: list[str] | None = None) -> int:
                                 env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
     wall_s = time.perf_counter() - started
     if result.returncode != 0 or not metrics_path.exists():
-        tail = "".join(log_path.read_text(errors="replace").splitlines(keepends=True)[-40:])
-        print(f"verl_cpu_smoke: the run failed (exit {result.returncode}); log: {log_path}\n{tail}", file=sys.stderr)
+        tail = "\n".join(driver_lines(log_path.read_text(errors="replace"))[-40:])
+        print(f"verl_cpu_smoke: the run failed (exit {result.returncode}); log: {log_path}; its last lines, "
+              f"Ray's copies of worker logs left out:\n{tail}", file=sys.stderr)
         return 1
     summary = summarise(read_metrics(metrics_path), args.estimator, wall_s)
     summary["log"] = str(log_path)
