@@ -186,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     with open(log_path, "w") as log:
         result = subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+                                # unbuffered: the log holds the run's lines in the order they were written
+                                env={**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"})
     wall_s = time.perf_counter() - started
     if result.returncode != 0 or not metrics_path.exists():
         tail = "\n".join(driver_lines(log_path.read_text(errors="replace"))[-40:])
