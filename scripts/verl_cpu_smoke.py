@@ -22,6 +22,9 @@ Usage: python scripts/verl_cpu_smoke.py [--json] [--estimator forge|gigpo|grpo] 
 
 --ranks N gives N FSDP2 ranks on gloo and, with tensor parallel size 1, N hf rollout replicas; micro-batch sizes
 are the largest that divide a rank's share (2 tasks x group size / (ranks x nodes) rows).
+
+A run that fails exits 1 with its log's path and the run's own last 40 lines (a dead Ray process:
+``worker died: ...``), without the copies of worker logs Ray prints there.
 """
 
 from __future__ import annotations
