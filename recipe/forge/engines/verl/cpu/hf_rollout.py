@@ -135,9 +135,8 @@ class HFRolloutServer:
             batch = [r for r in self._pending if r.sampling == sampling][: self.max_batch_size]
             self._pending = [r for r in self._pending if not any(r is b for b in batch)]
             try:
-                images = [r.images for r in batch] if any(r.images is not None for r in batch) else None
                 outputs = await asyncio.to_thread(self.generator.generate_ids, [r.prompt_ids for r in batch], sampling,
-                                                  None, images)
+                                                  images=[r.images for r in batch])
             except Exception as error:  # every waiting request learns why
                 for r in batch:
                     r.done.set_exception(error)
