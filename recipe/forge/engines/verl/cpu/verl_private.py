@@ -57,8 +57,10 @@ def fix_3d_position_ids(data) -> None:
     """verl's ``maybe_fix_3d_position_ids``, also for (bs, 4, L) position ids packed ragged in the 4 (hook 3)."""
     from verl.utils.tensordict_utils import nested_tensor_from_tensor_list
 
-    positions = data.get("position_ids", None) if "position_ids" in data.keys() else None
-    if positions is None or not positions.is_nested or positions.dim() != 3:
+    if "position_ids" not in data.keys():
+        return
+    positions = data["position_ids"]
+    if not positions.is_nested or positions.dim() != 3:
         return
     values, offsets = positions.values(), positions.offsets()
     sizes = offsets.diff()
