@@ -73,17 +73,20 @@ def kind(class_name: str) -> str:
 
 def first_dead(actors: Iterable[Any], timeout_s: float = 30.0) -> BaseException | None:
     """The ``RayActorError`` of the first of ``actors`` (Ray actor handles) that is dead, or None when every one
-    answers (or is too busy to answer within ``timeout_s``: a busy process is not a dead one)."""
+    answers (or is too busy to answer within ``timeout_s``: a busy process is not a dead one). All are asked at
+    once, so a run of many processes waits ``timeout_s`` at most, not that much per busy process."""
     import ray
-    from ray.exceptions import GetTimeoutError, RayActorError
+    from ray.exceptions import RayActorError
 
-    for actor in actors:
-        try:
-            ray.get(actor.__ray_ready__.remote(), timeout=timeout_s)
-        except RayActorError as died:
-            return died
-        except GetTimeoutError:
-            continue
+    probes = [actor.__ray_ready__.remote() for actor in actors]
+    answered, _ = ray.wait(probes, num_returns=len(probes), timeout=timeout_s)
+    answered = set(answered)
+    for probe in probes:
+        if probe in answered:
+            try:
+                ray.get(probe)
+            except RayActorError as died:
+                return died
     return None
 
 
