@@ -75,11 +75,6 @@ def wait_for(lines: int, out: Path, process: subprocess.Popen, timeout_s: float 
         time.sleep(0.02)
 
 
-def died_lines(stderr: str) -> str:
-    """The run's own lines about the death (Ray's tracebacks of the same death follow them in any order)."""
-    return "\n".join(line for line in stderr.splitlines() if line.startswith(("worker died:", "the run failed")))
-
-
 def killed_in_iteration_3(cluster, out: Path, args: tuple[str, ...]) -> tuple[str, int]:
     """Run the smoke script with ``args`` (3 iterations) on ``cluster``; once iteration 2 is logged, SIGKILL the second rollout server's process
     (its pid from Ray's state API), from outside the run. Returns the run's stderr and the killed pid."""
@@ -95,7 +90,7 @@ def killed_in_iteration_3(cluster, out: Path, args: tuple[str, ...]) -> tuple[st
     finally:
         if run.poll() is None:
             run.kill()
-    assert run.returncode != 0 and "the run failed (exit 3)" in stderr, stderr[-3000:]
+    assert run.returncode != 0 and "the run failed (exit 3)" in stderr, stderr
     return stderr, int(server["pid"])
 
 
@@ -106,7 +101,7 @@ def test_forge_on_two_nodes_with_distillation_kl_and_rollout_correction_survives
     stderr, pid = killed_in_iteration_3(two_nodes, tmp_path, (*run, "--iterations", "3", ROLLOUT_IS))
     # the run ends with one line naming the dead process and the iteration
     assert (f"worker died: rollout server slea_rl_hf_server_1 (HFRolloutServer, pid {pid}, node " in stderr
-            and "died during iteration 3" in stderr), died_lines(stderr)
+            and "died during iteration 3" in stderr), stderr  # the smoke script's report: the run's own last lines
     # one FSDP rank (verl's WorkerDict) on each node, each rank's rollout server on its rank's node
     where = two_nodes.placement()
     assert where.get("WorkerDict") == ["node0", "node1"] and where.get("HFRolloutServer") == ["node0", "node1"], where
