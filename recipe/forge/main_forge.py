@@ -51,13 +51,12 @@ def run(cfg: DictConfig):
     recipe/forge/run_folder.py), then train with the configured engine. Returns the local/api engines' metric
     history. A write the file system refuses (full disk, read-only folder), wherever it happens, ends the run
     with a RunFolderError naming the folder and the fault."""
-    from recipe.forge.run_folder import check_run_folder, hold_run_folder
+    from recipe.forge.run_folder import own_run_folder
     from recipe.forge.write_faults import writing
 
     run_config = validate(cfg)
     folder = run_config.trainer.output_dir
-    with hold_run_folder(folder):
-        check_run_folder(folder)
+    with own_run_folder(folder):  # before any model loads; each engine's trainer takes it again (a no-op here)
         with writing("the run's files", folder, redescribe=False):
             return train(run_config)
 

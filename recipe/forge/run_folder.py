@@ -5,10 +5,12 @@
   character), and ``trainer.default_local_dir`` never climbs back out of a folder it names (``runs/a/../../x``),
   so the run folder is where the user pointed. The same checks guard Hydra's record of the run
   (:class:`RunPathCheck`), which Hydra writes into the run folder before the run starts.
-* **Ownership** (:func:`hold_run_folder`): one run at a time. The run holds an advisory lock on
-  ``<folder>/.run.lock`` (``fcntl.lockf``: the kernel releases it when the process ends, however it ends, and a
+* **Ownership** (:func:`hold_run_folder`; :func:`own_run_folder` adds the contents check): one run at a time.
+  The run holds an advisory lock on ``<folder>/.run.lock`` (``fcntl.lockf``: the kernel releases it when the process ends, however it ends, and a
   forked child does not inherit it) with its pid, host and start time written in; a second run on the folder is
-  refused with the holder's pid. A lock file left by a killed run is taken over, with a note.
+  refused with the holder's pid. A lock file left by a killed run is taken over, with a note. Every engine's
+  trainer takes it itself (the in-process engines' fit loop, the verl engine's driver), so a run started from
+  Python is held as one started from the command line, which takes it before any model loads.
 * **Contents** (:func:`check_run_folder`): a run never deletes or replaces what it did not write. A
   ``global_step_<k>`` folder that is not a checkpoint (neither ours, with ``trainer_state.json``, nor verl's, with
   ``actor/`` or ``data.pt``) and a ``metrics.jsonl`` that is not a metrics file of a SLEA-RL or verl run are
@@ -24,6 +26,7 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,6 +40,7 @@ STEP_FOLDER = re.compile(r"global_step_(\d+)")
 METRICS = "metrics.jsonl"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _held: set[str] = set()  # run folders this process holds (a POSIX lock does not stop its own process)
+_owners: dict[str, int] = {}  # run folders held by own_run_folder -> the holding thread
 
 
 # paths ----------------------------------------------------------------------------------------------------------
@@ -207,3 +211,22 @@ def check_run_folder(folder: str | os.PathLike) -> None:
                 f"{path} is named like a checkpoint but is not one (no trainer_state.json, no verl actor/); a run "
                 "would delete or overwrite it: move it away, or choose another trainer.default_local_dir")
     check_metrics_file(folder / METRICS)
+
+
+@contextmanager
+def own_run_folder(folder: str | os.PathLike) -> Iterator[Path]:
+    """Hold ``folder`` (:func:`hold_run_folder`) and check its contents (:func:`check_run_folder`) for the block: what
+    a run takes before it reads or writes anything there. Within a block of the same thread it holds already (the
+    command line holds the folder before it builds the trainer, whose fit takes it again) it changes nothing;
+    from any other thread or process it is refused with RunFolderError."""
+    key = str(Path(folder).resolve())
+    if _owners.get(key) == threading.get_ident():
+        yield Path(folder)
+        return
+    with hold_run_folder(folder) as held:
+        check_run_folder(held)
+        _owners[key] = threading.get_ident()
+        try:
+            yield held
+        finally:
+            del _owners[key]

@@ -22,7 +22,7 @@ from agent_system.testing.run_folders import HOLDER, files_under
 from agent_system.testing.threaded_server import ThreadedServer
 from recipe.forge.durable import CheckpointError
 from recipe.forge.engines.local.checkpoint import prune_checkpoints, save_checkpoint
-from recipe.forge.main_forge import run
+from recipe.forge.main_forge import run, validate
 from recipe.forge.run_folder import LOCK_NAME, hold_run_folder
 from recipe.forge.write_faults import RunFolderError, write_fault, writing
 
@@ -89,6 +89,74 @@ def test_a_process_cannot_hold_a_run_folder_twice(tmp_path, capsys):
         assert json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == os.getpid()
     with hold_run_folder(tmp_path):  # released on exit: nothing to take over
         assert "taking over" not in capsys.readouterr().out
+
+
+def _held_by_another_process(out: Path):
+    """A real second process holding ``out`` (as a run does) until the block ends."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def holding():
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline().strip() == "holding"
+            yield holder.pid
+        finally:
+            holder.send_signal(signal.SIGKILL)
+            holder.wait()
+
+    return holding()
+
+
+def test_each_engines_trainer_holds_the_run_folder_itself(tmp_path, endpoint, run_overrides, compose_cfg, make_tiny,
+                                                          tokenizer):
+    """Trainers built from Python, without the command line: the embedded trainer, the prompt-only runner and the
+    verl driver are each refused on a folder another process holds, before they write anything (before the
+    fix, two LocalTrainer.fit() on one folder wrote metrics lines 1,1,2,2,...)."""
+    from recipe.forge.engines.api.runner import PromptOnlyRunner
+    from recipe.forge.engines.local.model_loading import PolicyConfig, build_policy
+    from recipe.forge.engines.local.trainer import Components, LocalTrainer
+    from recipe.forge.engines.verl.main import run_verl
+
+    out = tmp_path / "run"
+    policy = build_policy(PolicyConfig(path="tiny", use_reference=True), model=make_tiny(), tokenizer=tokenizer)
+    trainers = {
+        "local": lambda: LocalTrainer(validate(compose_cfg(run_overrides(out))), Components(policy=policy)).fit(),
+        "api": lambda: PromptOnlyRunner(validate(compose_cfg(_api_run(out, endpoint, run_overrides)))).fit(),
+        "verl": lambda: run_verl(validate(compose_cfg(run_overrides(out) + ["trainer.engine=verl",
+                                                                            "trainer.device=cpu"]))),
+    }
+    with _held_by_another_process(out) as pid:
+        for engine, fit in trainers.items():
+            with pytest.raises(RunFolderError, match=f"in use by another run \\(pid {pid} "):
+                fit()
+            assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME], engine
+
+
+def test_a_second_fit_in_another_thread_of_the_process_is_refused(tmp_path, endpoint, run_overrides, compose_cfg):
+    import threading
+
+    from recipe.forge.engines.api.runner import PromptOnlyRunner
+
+    out = tmp_path / "run"
+    runner = PromptOnlyRunner(validate(compose_cfg(_api_run(out, endpoint, run_overrides))))
+    holding, release = threading.Event(), threading.Event()
+
+    def hold():
+        with hold_run_folder(out):
+            holding.set()
+            release.wait(60)
+
+    other = threading.Thread(target=hold)
+    other.start()
+    try:
+        assert holding.wait(60)
+        with pytest.raises(RunFolderError, match="already in use by a run of this process"):
+            runner.fit()
+    finally:
+        release.set()
+        other.join()
+    assert [row["iteration"] for row in runner.fit()] == [1]  # once the other thread let go
 
 
 # checked paths ----------------------------------------------------------------------------------------------------

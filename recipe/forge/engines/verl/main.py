@@ -14,7 +14,7 @@ recipe/forge/main_forge.py dispatches here. :func:`run_verl`
 5. hands the loggers other than ``jsonl`` to verl's Tracking; ``<trainer.default_local_dir>/metrics.jsonl`` is
    written by the forge trainer itself, in the embedded engine's format and by its resume rules
    (recipe/forge/engines/verl/metrics_file.py);
-6. starts the watchdog that ends the Ray processes of this driver if it is killed
+6. holds the run folder (recipe/forge/run_folder.py), starts the watchdog that ends the Ray processes of this driver if it is killed
    (recipe/forge/engines/verl/reaper.py) and runs verl's own ``run_ppo`` with its V1 TaskRunner; a Ray process
    that died ends it with the trainer's WorkerDiedError (recipe/forge/engines/verl/worker_faults.py).
 """
@@ -130,7 +130,15 @@ def check_verl_engine_config(run: RunConfig) -> None:
 
 
 def run_verl(run: RunConfig) -> None:
-    """Train with verl: prepare verl's config and the tasks, and hand them to verl's ``run_ppo``."""
+    """Train with verl: prepare verl's config and the tasks, and hand them to verl's ``run_ppo``. The run folder is
+    held throughout (recipe/forge/run_folder.py): a second run on it is refused before anything is written."""
+    from recipe.forge.run_folder import own_run_folder
+
+    with own_run_folder(run.trainer.output_dir):
+        _run_verl(run)
+
+
+def _run_verl(run: RunConfig) -> None:
     cfg = prepare_verl_config(run)
     if cfg.trainer.device == "cpu":
         use_cpu_platform_in_this_process()
