@@ -22,7 +22,7 @@ def run(iterations: int, tasks: int, group: int, env_name: str, max_steps: int, 
     from hydra import compose, initialize_config_dir
 
     from recipe.forge.engines.local.timing import FORGE_PHASES
-    from recipe.forge.engines.local.tiny import script_policy
+    from recipe.forge.hf.tiny import script_policy
     from recipe.forge.engines.local.trainer import Components, LocalTrainer
     from recipe.forge.main_forge import validate
 

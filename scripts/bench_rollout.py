@@ -22,8 +22,8 @@ def measure(model_path: str, tiny: bool, tasks: int, groups: list[int], env_name
     from agent_system.environments import make_envs
     from agent_system.multi_turn_rollout.protocols import SamplingParams
     from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
-    from recipe.forge.engines.local.generation import HFGenerator
-    from recipe.forge.engines.local.tiny import script_policy
+    from recipe.forge.hf.generation import HFGenerator
+    from recipe.forge.hf.tiny import script_policy
     from recipe.forge.engines.local.trainer import resolve_device
 
     policy = script_policy(model_path, tiny)

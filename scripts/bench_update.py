@@ -147,7 +147,7 @@ def replay_update(trainer, recorded: dict, mode: str) -> tuple[float, dict, dict
 
 def decoder_positions(packed, share: bool) -> int:
     """Token positions a forward over ``packed`` runs through the decoder (padding included)."""
-    from recipe.forge.engines.local.shared_prefix import SharedPrefix
+    from recipe.forge.hf.shared_prefix import SharedPrefix
 
     rows, width = packed.input_ids.shape
     if not share:
@@ -172,7 +172,7 @@ def optimizer_step_seconds(trainer, recorded: dict) -> float:
 
 def forward_backward(trainer, packed, mode: str) -> tuple[float, float]:
     """Seconds of one forward and one backward pass (sum of the response log-probs) over ``packed``."""
-    from recipe.forge.engines.local.sequences import response_logits, token_logprobs
+    from recipe.forge.hf.sequences import response_logits, token_logprobs
 
     set_mode(trainer, mode)
     model = trainer.policy.model

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Write a tiny random vision-language model (Qwen2.5-VL or Qwen3-VL, built from a config, no download) as a Hugging
-Face folder, for tests and CPU trials of the visual path (recipe/forge/engines/local/tiny_vlm.py says what is in
+Face folder, for tests and CPU trials of the visual path (recipe/forge/hf/tiny_vlm.py says what is in
 it). Prints the folder.
 
     python scripts/make_tiny_vlm.py --out models/tiny-qwen2.5-vl
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from recipe.forge.engines.local.tiny_vlm import FAMILIES, save_tiny_vlm_dir
+from recipe.forge.hf.tiny_vlm import FAMILIES, save_tiny_vlm_dir
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from agent_system.testing.policies import CountingGenerator, tagged
-from recipe.forge.eval_stats import wilson_interval
+from recipe.forge.commands.eval_stats import wilson_interval
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "recipe" / "forge" / "config"
 
@@ -137,7 +137,7 @@ def model_measurements(cfg, probe_envs, recurrence_tasks: int, train_temperature
                        tiny: bool) -> dict:
     """The base policy through ``LocalTrainer``'s own generator and sampling, then optionally one iteration."""
     from recipe.forge.engines.local.trainer import Components, LocalTrainer
-    from recipe.forge.engines.local.tiny import script_policy
+    from recipe.forge.hf.tiny import script_policy
     from recipe.forge.main_forge import validate
 
     run = validate(cfg)

@@ -19,7 +19,7 @@ import argparse
 import json
 from pathlib import Path
 
-from recipe.forge.engines.local.tracking import read_metrics
+from recipe.forge.runs.tracking import read_metrics
 
 PANELS = [
     ("success_rate", "val/success_rate", "success rate"),

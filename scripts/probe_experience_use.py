@@ -156,7 +156,7 @@ def probe(settings: ProbeSettings, states: int, tiny: bool = False) -> dict:
     """P(expert action) per state without, with the right and with the wrong lesson, for every placement x
     lesson style; the result's ``uses_library_gap`` is that of ``settings``' placement and style."""
     from agent_system.multi_turn_rollout.injection import INJECTIONS, experience_messages
-    from recipe.forge.engines.local.tiny import script_policy
+    from recipe.forge.hf.tiny import script_policy
     from recipe.forge.experience.library import GOLDEN, WARNING, ExperienceEntry
     from recipe.forge.experience.render import LESSON_STYLES, ExperienceRenderer
 

@@ -206,7 +206,7 @@ def _children_cpu() -> float:
 def build_trainer_and_step(cfg) -> None:
     from omegaconf import OmegaConf
 
-    from recipe.forge.engines.local.tiny import script_policy
+    from recipe.forge.hf.tiny import script_policy
     from recipe.forge.engines.local.trainer import Components, LocalTrainer
     from recipe.forge.main_forge import validate
 
@@ -298,7 +298,7 @@ def _save_loop(out: Path) -> None:
     import numpy as np
     import torch
 
-    from recipe.forge.engines.local.checkpoint import save_checkpoint
+    from recipe.forge.runs.checkpoint import save_checkpoint
 
     model = torch.nn.Linear(64, 64)
     optimizer = torch.optim.AdamW(model.parameters())
@@ -317,8 +317,8 @@ def attack_kills_mid_save(kills: int) -> dict:
     import numpy as np
     import torch
 
-    from recipe.forge.durable import CheckpointError
-    from recipe.forge.engines.local.checkpoint import latest_checkpoint, load_checkpoint
+    from recipe.forge.runs.durable import CheckpointError
+    from recipe.forge.runs.checkpoint import latest_checkpoint, load_checkpoint
     from recipe.forge.experience.store import load_payload
 
     rng = random.Random(7)
@@ -371,8 +371,8 @@ def attack_replaced_files() -> dict:
     import numpy as np
     import torch
 
-    from recipe.forge.durable import CheckpointError
-    from recipe.forge.engines.local.checkpoint import load_checkpoint, save_checkpoint
+    from recipe.forge.runs.durable import CheckpointError
+    from recipe.forge.runs.checkpoint import load_checkpoint, save_checkpoint
 
     executed = refused = attempts = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -422,8 +422,8 @@ def _resume_run(out: Path, iterations: int, policy) -> None:
 def attack_resume_kills(kills: int, iterations: int) -> dict:
     import torch
 
-    from recipe.forge.engines.local.tiny import script_policy
-    from recipe.forge.engines.local.tracking import read_metrics
+    from recipe.forge.hf.tiny import script_policy
+    from recipe.forge.runs.tracking import read_metrics
 
     torch.set_num_threads(1)
     policy = script_policy("tiny", tiny=True)

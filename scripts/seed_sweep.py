@@ -77,7 +77,7 @@ def final_figures(metrics_file: Path) -> dict[str, float | None]:
     """val_success, val_success_no_library (None when the run has none), train_success_last and lesson_precision
     (the last logged ``forge/lesson_precision``, None when never logged) of one run's metrics.jsonl: the last
     validation and the last iteration's training success."""
-    from recipe.forge.engines.local.tracking import read_metrics  # former metric names read as current ones
+    from recipe.forge.runs.tracking import read_metrics  # former metric names read as current ones
 
     rows = read_metrics(metrics_file)
     if not rows:

@@ -42,7 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from recipe.forge.engines.local.tracking import read_metrics  # noqa: E402  (both engines write one format)
+from recipe.forge.runs.tracking import read_metrics  # noqa: E402  (both engines write one format)
 
 VALIDATION_FIGURES = ("success_rate", "num_trajectories", "lessons_checkable")
 
@@ -144,10 +144,10 @@ def _int(value):
 
 def model_folder(choice: str, out: Path) -> str:
     if choice == "smollm2":
-        from recipe.forge.engines.local.model_loading import resolve_model_path
+        from recipe.forge.hf.model_loading import resolve_model_path
 
         return resolve_model_path("smollm2-135m-instruct")
-    from recipe.forge.engines.local.tiny import save_tiny_model_dir
+    from recipe.forge.hf.tiny import save_tiny_model_dir
 
     path = out / "tiny_model"
     return str(path) if (path / "config.json").exists() else save_tiny_model_dir(path)

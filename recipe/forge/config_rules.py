@@ -208,7 +208,7 @@ def check_model_reads_images(env: Any, model_key: str, model_path: str) -> None:
     policy that reads them: a text-only model is refused here, naming both keys. The reverse is allowed: a
     vision-language model reads text-only prompts as any language model does. A model whose config.json cannot
     be read offline (a hub id outside the local cache) is not judged here."""
-    from recipe.forge.engines.local.model_paths import reads_images
+    from recipe.forge.hf.model_paths import reads_images
 
     image_key = env.image_mode_key()
     if image_key is None or reads_images(model_path) is not False:

@@ -48,11 +48,11 @@ def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
 
 def run(cfg: DictConfig):
     """Validate, take the run folder (one run at a time, nothing in it a run did not write is replaced:
-    recipe/forge/run_folder.py), then train with the configured engine. Returns the local/api engines' metric
+    recipe/forge/runs/run_folder.py), then train with the configured engine. Returns the local/api engines' metric
     history. A write the file system refuses (full disk, read-only folder), wherever it happens, ends the run
     with a RunFolderError naming the folder and the fault."""
-    from recipe.forge.run_folder import own_run_folder
-    from recipe.forge.write_faults import writing
+    from recipe.forge.runs.run_folder import own_run_folder
+    from recipe.forge.runs.write_faults import writing
 
     run_config = validate(cfg)
     folder = run_config.trainer.output_dir
@@ -80,10 +80,10 @@ def train(run_config):
 def _hydra_main(cfg: DictConfig) -> None:
     from agent_system.config_checks import ConfigError
 
-    from recipe.forge.durable import CheckpointError
+    from recipe.forge.runs.durable import CheckpointError
     from recipe.forge.engines.api.retry import EndpointError
     from recipe.forge.engines.verl.worker_faults import EXIT_CODE, WorkerDiedError
-    from recipe.forge.write_faults import RunFolderError
+    from recipe.forge.runs.write_faults import RunFolderError
 
     try:
         run(cfg)
@@ -134,7 +134,7 @@ def _not_a_platform_fallback(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith(_PLATFORM_FALLBACK_MESSAGES)
 
 
-SUBCOMMANDS = {"eval": "recipe.forge.evaluate", "export": "recipe.forge.export"}
+SUBCOMMANDS = {"eval": "recipe.forge.commands.evaluate", "export": "recipe.forge.commands.export"}
 
 
 def main() -> None:

@@ -23,8 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 from agent_system.config_checks import ConfigError
 from agent_system.multi_turn_rollout.protocols import ACTION_STOP, SamplingParams
 from recipe.forge.config_reader import ConfigReader
-from recipe.forge.run_folder import check_run_paths
-from recipe.forge.run_length import total_iterations
+from recipe.forge.runs.run_folder import check_run_paths
+from recipe.forge.runs.run_length import total_iterations
 
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 RESUME_MODES = ("disable", "auto", "resume_path")
@@ -116,7 +116,7 @@ def read_data(reader: ConfigReader, engine: str) -> DataSection:
 def read_trainer(reader: ConfigReader, engine: str) -> TrainerSection:
     """On the verl engine, verl's trainer resumes from its own checkpoint layout, logs to its own backends and
     prunes its own checkpoints: those are left to verl there. The run folder's path is checked on every engine
-    (recipe/forge/run_folder.py)."""
+    (recipe/forge/runs/run_folder.py)."""
     project_name, experiment_name = reader.get("trainer.project_name"), reader.get("trainer.experiment_name")
     output_dir = reader.text("trainer.default_local_dir")
     check_run_paths(project_name, experiment_name, output_dir)

@@ -1,6 +1,6 @@
 """Attacks for scripts/reliability_report.py (issue 23, defects 1, 6 and 7): the run folder.
 
-* attack_run_folder_lock: a real second process holds a run folder (recipe.forge.run_folder.hold_run_folder,
+* attack_run_folder_lock: a real second process holds a run folder (recipe.forge.runs.run_folder.hold_run_folder,
   what main_forge.run takes for every engine) while a run (main_forge.run, prompt-only engine) starts on it;
   then the holder is SIGKILLed and the next run must take the stale lock over.
 * attack_disk_faults: trainer checkpoints (tokenizers + safetensors writers, library file), metrics lines and
@@ -40,7 +40,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from agent_system.testing.run_folders import HOLDER, files_under
+from recipe.forge.testing.run_folders import HOLDER, files_under
 from reliability_attacks import REPO, compose_shipped
 
 def _api_run(out: Path, *extra: str) -> list[str]:
@@ -56,7 +56,7 @@ def _api_run(out: Path, *extra: str) -> list[str]:
 
 def attack_run_folder_lock(quick: bool) -> dict:
     from recipe.forge.main_forge import run
-    from recipe.forge.run_folder import hold_run_folder
+    from recipe.forge.runs.run_folder import hold_run_folder
 
     counts = {"lock_attempts": 0, "lock_runs_refused": 0, "lock_refusals_naming_pid": 0, "stale_attempts": 0,
               "stale_locks_taken_over": 0}
@@ -91,10 +91,10 @@ def attack_run_folder_lock(quick: bool) -> dict:
 SAVER = textwrap.dedent("""
     import json, resource, signal, subprocess, sys
     from pathlib import Path
-    from agent_system.testing.run_folders import TwoWriterPolicy
-    from recipe.forge.engines.local.checkpoint import load_checkpoint, save_checkpoint
-    from recipe.forge.engines.local.tracking import MetricsTracker
-    from recipe.forge.durable import write_text_atomic
+    from recipe.forge.testing.run_folders import TwoWriterPolicy
+    from recipe.forge.runs.checkpoint import load_checkpoint, save_checkpoint
+    from recipe.forge.runs.tracking import MetricsTracker
+    from recipe.forge.runs.durable import write_text_atomic
 
     out, policy = Path(sys.argv[1]), TwoWriterPolicy()
     tracker = MetricsTracker(out, [], "p", "e")
@@ -204,8 +204,8 @@ def attack_escaping_paths(quick: bool) -> dict:
 
 
 def attack_foreign_folders(quick: bool) -> dict:
-    from recipe.forge.durable import CheckpointError
-    from recipe.forge.engines.local.checkpoint import prune_checkpoints, save_checkpoint
+    from recipe.forge.runs.durable import CheckpointError
+    from recipe.forge.runs.checkpoint import prune_checkpoints, save_checkpoint
     from recipe.forge.main_forge import run
 
     counts = {"foreign_attacks": 0, "foreign_refused": 0, "user_files_deleted": 0, "user_files_changed": 0}

@@ -1,4 +1,4 @@
-"""Attacks on slea-rl-trajectories (recipe/forge/trajectory_viewer.py) for the reliability report.
+"""Attacks on slea-rl-trajectories (recipe/forge/commands/trajectory_viewer.py) for the reliability report.
 
 all_caught: trajectory_payloads_inert == trajectory_payloads (no tag, handler or second script formed on the
 page, no "<" in the Markdown) and trajectory_bad_inputs_caught == trajectory_bad_inputs (missing folder, a file,
@@ -41,7 +41,7 @@ def _line(i: int, text: str) -> dict:
 
 
 def attack_trajectory_page(quick: bool) -> dict:
-    from recipe.forge.trajectory_viewer import main
+    from recipe.forge.commands.trajectory_viewer import main
 
     inert = bad_caught = tracebacks = 0
     bad = 0

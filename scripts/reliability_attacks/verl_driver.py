@@ -21,7 +21,7 @@ def attack_verl_driver() -> dict:
     from verl.utils.tracking import Tracking
 
     from agent_system.testing.ray_driver import kill_a_ray_driver
-    from recipe.forge.engines.local.tracking import read_metrics
+    from recipe.forge.runs.tracking import read_metrics
     from recipe.forge.engines.verl.metrics_file import MetricsFileTee, metrics_file_tracker
 
     killed = kill_a_ray_driver()

@@ -108,7 +108,7 @@ def test_the_counters_grow_with_later_iterations_and_a_merge_keeps_them(hand_wor
 
 
 def test_validation_rollouts_leave_the_counters_as_they_are(hand_worked):
-    """Validation rolls out with a snapshot view (recipe/forge/engines/local/validation.py), which cannot evolve:
+    """Validation rolls out with a snapshot view (recipe/forge/runs/validation.py), which cannot evolve:
     only training batches reach the counters."""
     system, (a, b, c) = hand_worked
     view = ExperienceSystem.from_snapshot(system.snapshot())

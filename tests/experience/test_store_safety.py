@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from recipe.forge.durable import is_orphan, remove_orphans, temp_name
+from recipe.forge.runs.durable import is_orphan, remove_orphans, temp_name
 from recipe.forge.experience import CheckpointError, ExperienceSystem
 from recipe.forge.experience.store import FILENAME, _canonical, load_payload, save_payload
 from recipe.forge.experience.viewer import main as viewer_main

@@ -14,9 +14,9 @@ from html.parser import HTMLParser
 import pytest
 
 from agent_system.testing.browser import dump_dom, not_blank, open_page
-from recipe.forge.engines.local.rollout_dump import RolloutDump, chat_prompt, shown_entries
+from recipe.forge.runs.rollout_dump import RolloutDump, chat_prompt, shown_entries
 from recipe.forge.experience import ExperienceSystem
-from recipe.forge.trajectory_viewer import main
+from recipe.forge.commands.trajectory_viewer import main
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -173,7 +173,7 @@ def test_bad_input_is_one_error_line_or_a_skipped_line(run, tmp_path, capsys):
 
 def test_the_module_runs_as_a_command(run, tmp_path):
     folder = run[0]
-    done = subprocess.run([sys.executable, "-m", "recipe.forge.trajectory_viewer", str(folder), "--out",
+    done = subprocess.run([sys.executable, "-m", "recipe.forge.commands.trajectory_viewer", str(folder), "--out",
                            str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and (tmp_path / "trajectories.html").stat().st_size > 0, done.stderr
 

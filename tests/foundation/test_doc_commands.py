@@ -72,9 +72,9 @@ def run_folder(tmp_path_factory):
     from agent_system.multi_turn_rollout.protocols import SamplingParams
     from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
     from agent_system.testing.policies import RandomGenerator
-    from recipe.forge.engines.local.checkpoint import save_checkpoint
-    from recipe.forge.engines.local.rollout_dump import RolloutDump, chat_prompt, shown_entries
-    from recipe.forge.engines.local.tracking import MetricsTracker
+    from recipe.forge.runs.checkpoint import save_checkpoint
+    from recipe.forge.runs.rollout_dump import RolloutDump, chat_prompt, shown_entries
+    from recipe.forge.runs.tracking import MetricsTracker
     from recipe.forge.experience import ExperienceSystem
     from recipe.forge.main_forge import validate
 
@@ -126,7 +126,7 @@ def test_documented_command_works(page, command, run_folder, check_examples, loa
         name, value = words.pop(0).split("=", 1)
         settings[name] = value
     if words[:2] == ["slea-rl", "export"]:  # the fixture's checkpoints are prompt-only: the library and manifest
-        from recipe.forge.export import main as export
+        from recipe.forge.commands.export import main as export
 
         monkeypatch.chdir(run_folder)
         assert export(words[2:]) == 0
@@ -135,8 +135,8 @@ def test_documented_command_works(page, command, run_folder, check_examples, loa
         assert (manifest["engine"], manifest["policy"]) == ("api", None) and manifest["library"]["entries"] > 0
         assert (out / "library.md").stat().st_size > 0 and not (out / "config.json").exists()
     elif words[:2] == ["slea-rl", "eval"]:  # played for real by tests/local_engine/test_eval_command.py
-        from recipe.forge.eval_sources import identify
-        from recipe.forge.evaluate import load_config, parser
+        from recipe.forge.commands.eval_sources import identify
+        from recipe.forge.commands.evaluate import load_config, parser
 
         monkeypatch.chdir(run_folder)
         args, overrides = parser().parse_known_args(words[2:])
@@ -164,7 +164,7 @@ def test_documented_command_works(page, command, run_folder, check_examples, loa
             if word.endswith((".md", ".html")):
                 assert (out / word).stat().st_size > 0
     elif words[0] == "slea-rl-trajectories":
-        from recipe.forge.trajectory_viewer import main as trajectories
+        from recipe.forge.commands.trajectory_viewer import main as trajectories
 
         monkeypatch.chdir(run_folder)
         assert trajectories(words[1:]) == 0

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from recipe.forge.engines.local.tiny import answering_llama, tiny_llama
+from recipe.forge.hf.tiny import answering_llama, tiny_llama
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "recipe" / "forge" / "config")
 
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from recipe.forge.engines.local.model_loading import load_tokenizer
+    from recipe.forge.hf.model_loading import load_tokenizer
 
     return load_tokenizer("smollm2-135m-instruct")
 
@@ -51,8 +51,8 @@ NUMBERLINE_PROMPTS = [
 
 @pytest.fixture(scope="session")
 def tiny_vlm_dir(tmp_path_factory) -> Path:
-    """A tiny random Qwen2.5-VL folder (recipe/forge/engines/local/tiny_vlm.py)."""
-    from recipe.forge.engines.local.tiny_vlm import save_tiny_vlm_dir
+    """A tiny random Qwen2.5-VL folder (recipe/forge/hf/tiny_vlm.py)."""
+    from recipe.forge.hf.tiny_vlm import save_tiny_vlm_dir
 
     return Path(save_tiny_vlm_dir(tmp_path_factory.mktemp("tiny_qwen2_5_vl")))
 
@@ -60,7 +60,7 @@ def tiny_vlm_dir(tmp_path_factory) -> Path:
 @pytest.fixture
 def taught_policy(tokenizer):
     """A tiny policy (with a frozen reference copy) that emits valid actions part of the time."""
-    from recipe.forge.engines.local.model_loading import PolicyConfig, build_policy
+    from recipe.forge.hf.model_loading import PolicyConfig, build_policy
 
     model = answering_llama(tokenizer)
     return build_policy(PolicyConfig(path="tiny", use_reference=True), model=model, tokenizer=tokenizer)

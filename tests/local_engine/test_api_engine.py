@@ -18,7 +18,7 @@ def chat_server(tokenizer, make_tiny):
     records the requests it saw."""
     from fastapi import FastAPI
 
-    from recipe.forge.engines.local.generation import HFGenerator
+    from recipe.forge.hf.generation import HFGenerator
 
     generator = HFGenerator(make_tiny(taught=True), tokenizer)
     seen = []
@@ -142,7 +142,7 @@ def test_slea_rl_eval_of_a_prompt_only_checkpoint_is_the_same_at_any_batch_size(
     episode the same samples whichever episodes share its batch."""
     import json
 
-    from recipe.forge.evaluate import main as eval_main
+    from recipe.forge.commands.evaluate import main as eval_main
 
     url, seen = chat_server
     overrides = run_overrides(tmp_path / "run", iterations=1) + [

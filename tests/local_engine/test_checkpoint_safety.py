@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 import torch
 
-from recipe.forge.durable import CheckpointError
-from recipe.forge.engines.local.checkpoint import (
+from recipe.forge.runs.durable import CheckpointError
+from recipe.forge.runs.checkpoint import (
     LATEST, capture_rng, checkpoint_to_resume, latest_checkpoint, load_checkpoint, save_checkpoint,
 )
-from recipe.forge.engines.local.tracking import MetricsTracker, read_metrics
+from recipe.forge.runs.tracking import MetricsTracker, read_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -151,7 +151,7 @@ def test_resave_replaces_a_step_atomically_and_the_marker_is_written_atomically(
 
 SAVER = textwrap.dedent("""
     import sys, torch, numpy as np
-    from recipe.forge.engines.local.checkpoint import save_checkpoint
+    from recipe.forge.runs.checkpoint import save_checkpoint
     out = sys.argv[1]
     model = torch.nn.Linear(64, 64)
     optimizer = torch.optim.AdamW(model.parameters())
@@ -236,7 +236,7 @@ def test_rng_capture_is_plain_json():
 
 def test_the_verl_engine_is_refused_a_fresh_start_over_existing_checkpoints(tmp_path):
     """verl's own resume starts over when its marker is missing or names a missing folder."""
-    from recipe.forge.engines.local.checkpoint import refuse_fresh_start
+    from recipe.forge.runs.checkpoint import refuse_fresh_start
 
     refuse_fresh_start(tmp_path)  # a new run
     (tmp_path / "global_step_2").mkdir()

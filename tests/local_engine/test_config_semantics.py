@@ -8,7 +8,7 @@ import pytest
 
 from agent_system.config_checks import ConfigError
 from recipe.forge.engines.local.trainer import Components, LocalTrainer
-from recipe.forge.engines.local.tracking import read_metrics
+from recipe.forge.runs.tracking import read_metrics
 from recipe.forge.main_forge import validate
 from recipe.forge.run_config import check_run_config
 

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from recipe.forge.engines.local.tiny import save_tiny_model_dir
-from recipe.forge.evaluate import main as eval_main
+from recipe.forge.hf.tiny import save_tiny_model_dir
+from recipe.forge.commands.evaluate import main as eval_main
 from recipe.forge.main_forge import run
 
 pytestmark = pytest.mark.timeout(600)
@@ -92,7 +92,7 @@ def test_the_figures_are_those_of_the_episodes(tmp_path, checkpoint):
     dumps = {name: [json.loads(line) for line in (out / "trajectories" / name / "1.jsonl").read_text().splitlines()]
              for name in ("val", "val_no_library")}
     assert all(line["experience_ids"] for line in dumps["val"]) and not any(line["experience_ids"] for line in dumps["val_no_library"])
-    from recipe.forge.trajectory_viewer import main as trajectories_main
+    from recipe.forge.commands.trajectory_viewer import main as trajectories_main
 
     assert trajectories_main([str(out / "trajectories"), "--out", str(out / "page")]) == 0
     assert (out / "page" / "trajectories.html").stat().st_size > 0

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from recipe.forge.engines.local.model_loading import PolicyConfig, build_policy
+from recipe.forge.hf.model_loading import PolicyConfig, build_policy
 from recipe.forge.engines.local.trainer import Components, LocalTrainer
 from recipe.forge.main_forge import validate
 

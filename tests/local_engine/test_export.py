@@ -17,10 +17,10 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agent_system.testing.greedy import greedy_tokens
-from recipe.forge.engines.local.model_loading import PolicyConfig, build_policy
-from recipe.forge.engines.local.tiny import answering_llama, save_tiny_model_dir
+from recipe.forge.hf.model_loading import PolicyConfig, build_policy
+from recipe.forge.hf.tiny import answering_llama, save_tiny_model_dir
 from recipe.forge.engines.local.trainer import Components, LocalTrainer
-from recipe.forge.export import main as export
+from recipe.forge.commands.export import main as export
 from recipe.forge.main_forge import validate
 
 pytestmark = pytest.mark.timeout(900)

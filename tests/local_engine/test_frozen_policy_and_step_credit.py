@@ -44,7 +44,7 @@ def test_step_credit_lessons_run_on_the_embedded_engine(compose_cfg, run_overrid
 
 
 def test_the_library_effect_line_compares_the_two_validation_passes():
-    from recipe.forge.engines.local.validation import library_effect
+    from recipe.forge.runs.validation import library_effect
 
     metrics = {"val/success_rate": 0.75, "val_no_library/success_rate": 0.5, "val/num_trajectories": 64.0,
                "val/forge/lesson_precision": 0.9}

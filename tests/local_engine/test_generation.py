@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from agent_system.multi_turn_rollout.protocols import SamplingParams
-from recipe.forge.engines.local.generation import HFGenerator
-from recipe.forge.engines.local.sequences import pack, response_logits, token_logprobs
+from recipe.forge.hf.generation import HFGenerator
+from recipe.forge.hf.sequences import pack, response_logits, token_logprobs
 
 pytestmark = pytest.mark.timeout(300)
 

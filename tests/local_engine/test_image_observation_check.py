@@ -18,8 +18,8 @@ TEXT_ENV = ["env.env_name=sokoban", "env.sokoban.mode=text"]
 
 @pytest.fixture(scope="module")
 def text_model_dir(tmp_path_factory):
-    """A tiny random Llama with SmolLM2's tokenizer (recipe/forge/engines/local/tiny.py): a text-only model."""
-    from recipe.forge.engines.local.tiny import save_tiny_model_dir
+    """A tiny random Llama with SmolLM2's tokenizer (recipe/forge/hf/tiny.py): a text-only model."""
+    from recipe.forge.hf.tiny import save_tiny_model_dir
 
     return save_tiny_model_dir(tmp_path_factory.mktemp("tiny_llama"), taught=False)
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agent_system.config_checks import ConfigError
-from recipe.forge.engines.local.model_loading import PolicyConfig, build_policy
+from recipe.forge.hf.model_loading import PolicyConfig, build_policy
 from recipe.forge.engines.local.trainer import Components, LocalTrainer
 from recipe.forge.main_forge import run, validate
 
@@ -74,7 +74,7 @@ BAD = [
 
 @pytest.mark.parametrize("overrides,key", BAD)
 def test_bad_config_fails_before_any_model_is_loaded(overrides, key, compose_cfg, monkeypatch):
-    import recipe.forge.engines.local.model_loading as loading
+    import recipe.forge.hf.model_loading as loading
 
     def forbidden(*args, **kwargs):
         raise AssertionError("a model was loaded before the config was validated")

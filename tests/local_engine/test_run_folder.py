@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from agent_system.config_checks import ConfigError
-from agent_system.testing.run_folders import HOLDER, files_under
+from recipe.forge.testing.run_folders import HOLDER, files_under
 from agent_system.testing.threaded_server import ThreadedServer
-from recipe.forge.durable import CheckpointError
-from recipe.forge.engines.local.checkpoint import prune_checkpoints, save_checkpoint
+from recipe.forge.runs.durable import CheckpointError
+from recipe.forge.runs.checkpoint import prune_checkpoints, save_checkpoint
 from recipe.forge.main_forge import run, validate
-from recipe.forge.run_folder import LOCK_NAME, hold_run_folder
-from recipe.forge.write_faults import RunFolderError, write_fault, writing
+from recipe.forge.runs.run_folder import LOCK_NAME, hold_run_folder
+from recipe.forge.runs.write_faults import RunFolderError, write_fault, writing
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(300)
@@ -114,7 +114,7 @@ def test_each_engines_trainer_holds_the_run_folder_itself(tmp_path, endpoint, ru
     verl driver are each refused on a folder another process holds, before they write anything (before the
     fix, two LocalTrainer.fit() on one folder wrote metrics lines 1,1,2,2,...)."""
     from recipe.forge.engines.api.runner import PromptOnlyRunner
-    from recipe.forge.engines.local.model_loading import PolicyConfig, build_policy
+    from recipe.forge.hf.model_loading import PolicyConfig, build_policy
     from recipe.forge.engines.local.trainer import Components, LocalTrainer
     from recipe.forge.engines.verl.main import run_verl
 
@@ -250,11 +250,11 @@ def test_max_actor_ckpt_to_keep_is_checked(compose_cfg):
 SAVER = textwrap.dedent("""
     import json, resource, signal, subprocess, sys
     from pathlib import Path
-    from agent_system.testing.run_folders import TwoWriterPolicy
-    from recipe.forge.engines.local.checkpoint import load_checkpoint, save_checkpoint
-    from recipe.forge.engines.local.tracking import MetricsTracker
-    from recipe.forge.durable import write_text_atomic
-    from recipe.forge.write_faults import RunFolderError
+    from recipe.forge.testing.run_folders import TwoWriterPolicy
+    from recipe.forge.runs.checkpoint import load_checkpoint, save_checkpoint
+    from recipe.forge.runs.tracking import MetricsTracker
+    from recipe.forge.runs.durable import write_text_atomic
+    from recipe.forge.runs.write_faults import RunFolderError
 
     out = Path(sys.argv[1])
     policy = TwoWriterPolicy()

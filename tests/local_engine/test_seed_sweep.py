@@ -32,7 +32,7 @@ def test_final_figures_are_the_last_validation_and_the_last_training_success(swe
 
 
 def test_one_iteration_sweep_with_a_tiny_model_writes_the_issue_format(sweep, tmp_path, tokenizer):
-    from recipe.forge.engines.local.tiny import tiny_llama
+    from recipe.forge.hf.tiny import tiny_llama
 
     model_dir = tmp_path / "tiny"
     tiny_llama(tokenizer).save_pretrained(model_dir)

@@ -12,11 +12,11 @@ import torch
 from agent_system.config_checks import ConfigError
 from agent_system.multi_turn_rollout.protocols import RolloutBatch, SamplingParams, StepRecord, TrajectoryRecord
 from recipe.forge.engines.local.batch import build_step_batch
-from recipe.forge.engines.local.generation import HFGenerator
-from recipe.forge.engines.local.sequences import pack, response_logits, token_logprobs
+from recipe.forge.hf.generation import HFGenerator
+from recipe.forge.hf.sequences import pack, response_logits, token_logprobs
 from recipe.forge.run_config import check_run_config
-from recipe.forge.engines.local.shared_prefix import SharedPrefix
-from recipe.forge.engines.local.tiny import actor_config
+from recipe.forge.hf.shared_prefix import SharedPrefix
+from recipe.forge.hf.tiny import actor_config
 from recipe.forge.engines.local.update import PolicyUpdater, ValueModel
 
 VOCAB, PAD = 128, 0

@@ -1,4 +1,4 @@
-"""The tiny random vision-language model (recipe/forge/engines/local/tiny_vlm.py, scripts/make_tiny_vlm.py): its
+"""The tiny random vision-language model (recipe/forge/hf/tiny_vlm.py, scripts/make_tiny_vlm.py): its
 folder loads by path like any HF model folder, its processor turns a chat with one image into Qwen's model
 inputs, and the model generates from them on the CPU within seconds."""
 
@@ -16,8 +16,8 @@ import pytest
 import torch
 from PIL import Image
 
-from recipe.forge.engines.local.tiny_vlm import save_tiny_vlm_dir
-from recipe.forge.engines.local.vision_processor import load_processor
+from recipe.forge.hf.tiny_vlm import save_tiny_vlm_dir
+from recipe.forge.hf.vision_processor import load_processor
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = np.random.default_rng(0).integers(0, 256, size=(56, 56, 3), dtype=np.uint8)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from recipe.forge.engines.local.tracking import MetricsTracker
+from recipe.forge.runs.tracking import MetricsTracker
 
 
 def read_jsonl(path):

@@ -10,7 +10,7 @@ import torch
 from recipe.forge.engines.local.advantages import UNSUPPORTED, compute_advantages, supported_estimators
 from recipe.forge.engines.local.batch import build_step_batch
 from recipe.forge.engines.local.trainer import Components, LocalTrainer
-from recipe.forge.engines.local.tiny import actor_config
+from recipe.forge.hf.tiny import actor_config
 from recipe.forge.engines.local.update import PolicyUpdater
 from recipe.forge.main_forge import validate
 
@@ -144,8 +144,8 @@ def test_dynamic_sampling_reports_its_rounds(tmp_path, taught_policy, compose_cf
 
 def test_lora_trains_adapters_only_and_the_reference_is_the_base_model(tmp_path, tokenizer, make_tiny, compose_cfg,
                                                                        run_overrides):
-    from recipe.forge.engines.local.checkpoint import load_checkpoint
-    from recipe.forge.engines.local.model_loading import PolicyConfig, build_policy
+    from recipe.forge.runs.checkpoint import load_checkpoint
+    from recipe.forge.hf.model_loading import PolicyConfig, build_policy
 
     def lora_policy():
         # o_proj and down_proj: the fixture model routes everything through them (its own weights there are 0).

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 
 from agent_system.multi_turn_rollout.protocols import RolloutBatch, StepRecord, TrajectoryRecord
 from recipe.forge.engines.local.batch import build_step_batch
-from recipe.forge.engines.local.sequences import pack
-from recipe.forge.engines.local.tiny import actor_config
+from recipe.forge.hf.sequences import pack
+from recipe.forge.hf.tiny import actor_config
 from recipe.forge.engines.local.update import (
     DistillationInputs, MetricsAccumulator, PolicyUpdater, UpdateTargets, ValueModel,
 )

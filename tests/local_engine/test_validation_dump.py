@@ -62,7 +62,7 @@ def check_shown(lines, library):
 
 def test_validation_passes_are_dumped_per_iteration(tmp_path, taught_policy, tokenizer, make_tiny, compose_cfg,
                                                     run_overrides):
-    from recipe.forge.engines.local.model_loading import PolicyConfig, build_policy
+    from recipe.forge.hf.model_loading import PolicyConfig, build_policy
 
     dump, run = tmp_path / "rollouts", tmp_path / "run"
     cfg = compose_cfg(run_overrides(run, iterations=2) + [

@@ -16,13 +16,13 @@ from agent_system.config_checks import ConfigError
 from agent_system.multi_turn_rollout.injection import user_message
 from agent_system.multi_turn_rollout.protocols import SamplingParams
 from recipe.forge.engines.local.batch import build_step_batch
-from recipe.forge.engines.local.generation import HFGenerator
-from recipe.forge.engines.local.model_loading import PolicyConfig, build_policy
-from recipe.forge.engines.local.sequences import pack
-from recipe.forge.engines.local.tiny import actor_config
+from recipe.forge.hf.generation import HFGenerator
+from recipe.forge.hf.model_loading import PolicyConfig, build_policy
+from recipe.forge.hf.sequences import pack
+from recipe.forge.hf.tiny import actor_config
 from recipe.forge.engines.local.trainer import LocalTrainer
 from recipe.forge.engines.local.update import PolicyUpdater
-from recipe.forge.engines.local.vision_inputs import ImagePrompts, batch_image_inputs
+from recipe.forge.hf.vision_inputs import ImagePrompts, batch_image_inputs
 from recipe.forge.main_forge import validate
 
 pytestmark = pytest.mark.timeout(300)

@@ -66,8 +66,8 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_vlm_dir(tmp_path_factory) -> Path:
-    """A tiny random Qwen2.5-VL folder with its processor (recipe/forge/engines/local/tiny_vlm.py)."""
-    from recipe.forge.engines.local.tiny_vlm import save_tiny_vlm_dir
+    """A tiny random Qwen2.5-VL folder with its processor (recipe/forge/hf/tiny_vlm.py)."""
+    from recipe.forge.hf.tiny_vlm import save_tiny_vlm_dir
 
     return Path(save_tiny_vlm_dir(tmp_path_factory.mktemp("tiny_qwen2_5_vl")))
 

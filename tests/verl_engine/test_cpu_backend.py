@@ -180,7 +180,7 @@ def test_run_verl_refuses_what_the_engine_cannot_honour_before_ray_starts(run_co
 # ---------------------------------------------------------------------------------------- the hf server
 @pytest.fixture(scope="module")
 def tiny_answering_dir(tmp_path_factory):
-    from recipe.forge.engines.local.tiny import save_tiny_model_dir
+    from recipe.forge.hf.tiny import save_tiny_model_dir
 
     return save_tiny_model_dir(tmp_path_factory.mktemp("answering"))
 
@@ -248,7 +248,7 @@ def test_hf_server_decodes_prompts_with_images_as_one_forward_pass_scores_them(t
     from PIL import Image
     from transformers import AutoModelForImageTextToText
 
-    from recipe.forge.engines.local.vision_processor import load_processor
+    from recipe.forge.hf.vision_processor import load_processor
     from recipe.forge.engines.verl.cpu.hf_rollout import HFRolloutServer
 
     rng = np.random.default_rng(3)

@@ -169,7 +169,7 @@ def check_export(checkpoint: Path, out: Path, world_size: int) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from agent_system.testing.greedy import greedy_tokens
-    from recipe.forge.export import main as export
+    from recipe.forge.commands.export import main as export
 
     assert export([str(checkpoint), "--out", str(out)]) == 0
     actor = checkpoint / "actor"

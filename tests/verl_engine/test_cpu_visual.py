@@ -50,7 +50,7 @@ def cpu_overrides(out: Path) -> list[str]:
 def run_example(script: str, model: Path, out: Path, *extra: str, env: dict | None = None) -> list[dict]:
     """``N_GPUS=1 MODEL=<model> [env] bash <script> <cpu overrides> <extra>``; returns the run's metrics.jsonl
     rows."""
-    from recipe.forge.engines.local.tracking import read_metrics
+    from recipe.forge.runs.tracking import read_metrics
 
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"  # the script's python3 is ours
     environment = {**os.environ, "N_GPUS": "1", "MODEL": str(model), "TOKENIZERS_PARALLELISM": "false", "PATH": path,
@@ -68,7 +68,7 @@ def image_tokens(model: Path, height: int, width: int) -> int:
     resizing rules: the tiny model's processor holds at most 56 x 56 pixels)."""
     import numpy as np
 
-    from recipe.forge.engines.local.vision_processor import load_processor
+    from recipe.forge.hf.vision_processor import load_processor
 
     processor = load_processor(str(model))
     grid = processor.image_processor(images=[np.zeros((height, width, 3), np.uint8)], return_tensors="pt")["image_grid_thw"]
@@ -98,7 +98,7 @@ def test_gym_cards_with_a_qwen3_vl_policy_trains_two_forge_iterations_with_the_l
     """``examples/forge/run_gym_cards_vl.sh``, whose default policy is a Qwen3-VL, with the tiny Qwen3-VL on
     NumberLine (its states recur across tasks, so iteration 2 finds lessons of iteration 1's states; EZPoints deals
     new cards to every task): the cards' 300 x 300 picture is resized by the processor's own rules."""
-    from recipe.forge.engines.local.tiny_vlm import save_tiny_vlm_dir
+    from recipe.forge.hf.tiny_vlm import save_tiny_vlm_dir
 
     model = Path(save_tiny_vlm_dir(tmp_path / "tiny_qwen3_vl", family="qwen3_vl"))
     history = run_example("examples/forge/run_gym_cards_vl.sh", model, tmp_path, env={"ENV_NAME": "gym_cards/NumberLine-v0"})

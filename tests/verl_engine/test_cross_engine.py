@@ -99,9 +99,9 @@ def library_v1(run_config_factory, tmp_path_factory):
     from agent_system.environments import make_envs
     from agent_system.multi_turn_rollout.protocols import SamplingParams
     from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
-    from recipe.forge.engines.local.generation import HFGenerator
-    from recipe.forge.engines.local.model_loading import load_tokenizer
-    from recipe.forge.engines.local.tiny import answering_llama, save_tiny_model_dir
+    from recipe.forge.hf.generation import HFGenerator
+    from recipe.forge.hf.model_loading import load_tokenizer
+    from recipe.forge.hf.tiny import answering_llama, save_tiny_model_dir
     from recipe.forge.experience import ExperienceSystem
 
     out = tmp_path_factory.mktemp("cross_engine")
@@ -276,7 +276,7 @@ def local_first_iteration(state, snapshot, cfg, script: dict | None = None):
     from recipe.forge.distillation import library_distillation_weight
     from recipe.forge.engines.local.advantages import compute_advantages
     from recipe.forge.engines.local.batch import build_step_batch
-    from recipe.forge.engines.local.generation import HFGenerator
+    from recipe.forge.hf.generation import HFGenerator
     from recipe.forge.engines.local.update import DistillationInputs
     from recipe.forge.experience import ExperienceSystem
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
@@ -330,8 +330,8 @@ def local_validation(state, cfg, system) -> dict[str, float]:
     from agent_system.environments import make_envs
     from agent_system.multi_turn_rollout.prompt_fit import PromptBudget
     from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
-    from recipe.forge.engines.local.generation import HFGenerator
-    from recipe.forge.engines.local.validation import validation_metrics
+    from recipe.forge.hf.generation import HFGenerator
+    from recipe.forge.runs.validation import validation_metrics
     from recipe.forge.run_config import load_run_config
     from transformers import AutoModelForCausalLM
 
@@ -418,7 +418,7 @@ def local_replayed(library_v1, verl_sampled):
 
 def test_both_engines_give_the_same_first_iteration(library_v1, verl_sampled, local_replayed):
     from agent_system.multi_turn_rollout.protocols import RolloutBatch
-    from recipe.forge.engines.local.validation import pass_metrics
+    from recipe.forge.runs.validation import pass_metrics
     from recipe.forge.engines.verl.row_codec import trajectories_from_rows
     from recipe.forge.experience import ExperienceSystem
     from recipe.forge.experience.system import PROVISIONAL_BASE

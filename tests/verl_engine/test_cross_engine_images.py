@@ -37,8 +37,8 @@ def visual_library(run_config_factory, tiny_vlm_dir, tmp_path_factory):
     from agent_system.environments import make_envs
     from agent_system.multi_turn_rollout.protocols import SamplingParams
     from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
-    from recipe.forge.engines.local.generation import HFGenerator
-    from recipe.forge.engines.local.model_loading import PolicyConfig, build_policy
+    from recipe.forge.hf.generation import HFGenerator
+    from recipe.forge.hf.model_loading import PolicyConfig, build_policy
     from recipe.forge.experience import ExperienceSystem
 
     out = tmp_path_factory.mktemp("cross_engine_images")

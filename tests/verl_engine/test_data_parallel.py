@@ -98,7 +98,7 @@ def fixed_batch(run_config_factory, tmp_path_factory, verl_rollout):
     from transfer_queue import KVBatchMeta
     from verl.trainer.ppo.utils import create_rl_dataset
 
-    from recipe.forge.engines.local.tiny import save_tiny_model_dir
+    from recipe.forge.hf.tiny import save_tiny_model_dir
     from recipe.forge.engines.verl.cpu.settings import use_cpu_platform_in_this_process
     from recipe.forge.engines.verl.forge_steps import ForgeSteps
     from recipe.forge.engines.verl.main import prepare_verl_config

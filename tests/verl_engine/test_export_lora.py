@@ -13,8 +13,8 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agent_system.testing.greedy import greedy_tokens
-from recipe.forge.engines.local.tiny import save_tiny_model_dir
-from recipe.forge.export import main as export
+from recipe.forge.hf.tiny import save_tiny_model_dir
+from recipe.forge.commands.export import main as export
 
 
 def write_verl_lora_checkpoint(tmp_path: Path, target_modules: list[str], meta: bool = True):

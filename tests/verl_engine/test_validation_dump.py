@@ -10,7 +10,7 @@ import pytest
 
 from agent_system.multi_turn_rollout.protocols import GenerationOutput, StepExperience, StepQuery, TrajectoryRecord
 from agent_system.multi_turn_rollout.step import finish_step, prepare_steps
-from recipe.forge.engines.local.rollout_dump import RolloutDump, decoded_prompt, shown_entries, step_lines
+from recipe.forge.runs.rollout_dump import RolloutDump, decoded_prompt, shown_entries, step_lines
 from recipe.forge.engines.verl.agent_loop import EpisodeStep, ServerGeneration, episode_outputs
 from recipe.forge.engines.verl.episode import EpisodeView, StepOutcome
 from recipe.forge.engines.verl.row_codec import trajectories_from_rows

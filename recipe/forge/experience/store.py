@@ -4,7 +4,7 @@ Layout: ``{"format": "slea-rl-experience", "schema_version": 1, "payload": {...}
 payload's canonical JSON (sorted keys, no spaces, UTF-8)>}``. The payload holds the library, the observation index, the iteration, the library
 version and the counters, so a resumed run continues exactly where the saved one stopped.
 
-Writing (recipe/forge/durable.py): the payload is streamed (serialised once, hashed on the way) into a
+Writing (recipe/forge/runs/durable.py): the payload is streamed (serialised once, hashed on the way) into a
 temporary file of this writer in the same folder, flushed and fsync'ed, then ``os.replace``d onto the final
 name. A crash at any moment leaves either the previous complete file or the new one, and two runs writing into
 one folder never delete each other's temporaries.
@@ -24,7 +24,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from recipe.forge.durable import CheckpointError, write_atomic
+from recipe.forge.runs.durable import CheckpointError, write_atomic
 from recipe.forge.experience.library import LEVELS
 from recipe.forge.experience.metrics import RetrievalStats
 from recipe.forge.experience.outcomes import OUTCOME_FIELDS

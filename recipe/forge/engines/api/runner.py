@@ -3,7 +3,7 @@
 The same environments, rollout and library evolution as training, with no gradient updates: the policy is
 any OpenAI-compatible chat endpoint (GPT-4o, a vLLM / SGLang / llama.cpp server, ...), called through the
 ``openai`` client (generator.py). The library learns from every batch; validation runs with and without it. The
-loop is the embedded trainer's (recipe/forge/engines/fit_loop.py).
+loop is the embedded trainer's (recipe/forge/runs/fit_loop.py).
 
 Endpoint faults (generator.py, retry.py): passing ones are retried; when the endpoint stays unusable the run
 saves the state after its last finished iteration (unless that checkpoint exists) and ends with EndpointError,
@@ -79,7 +79,7 @@ class PromptOnlyRunner:
         from agent_system.environments import make_envs
         from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
         from recipe.forge.engines.api.generator import OpenAIGenerator
-        from recipe.forge.engines.local.rollout_dump import chat_prompt, rollout_dump
+        from recipe.forge.runs.rollout_dump import chat_prompt, rollout_dump
         from recipe.forge.experience import ExperienceSystem
 
         self.run = run
@@ -101,7 +101,7 @@ class PromptOnlyRunner:
 
     def train_iteration(self, iteration: int) -> dict[str, float]:
         """One batch rolled out with the library, then the library evolved from it."""
-        from recipe.forge.engines.local.rollout_dump import shown_entries
+        from recipe.forge.runs.rollout_dump import shown_entries
 
         self.restore_point = RestorePoint(iteration, self.experience.state(), copy.deepcopy(self.train_envs.task_rng))
         self.experience.begin_iteration(iteration)
@@ -117,7 +117,7 @@ class PromptOnlyRunner:
 
     def validate(self) -> dict[str, float]:
         """``val/*`` with the library, ``val_no_library/*`` without it, and the ``api/*`` counters after them."""
-        from recipe.forge.engines.local.validation import validation_metrics
+        from recipe.forge.runs.validation import validation_metrics
 
         metrics = validation_metrics(self.collector, self.val_envs, self.generator, self.run.rollout.sampling(True),
                                      self.experience, dump=self.dump, iteration=self.iteration)
@@ -125,14 +125,14 @@ class PromptOnlyRunner:
 
     def save(self, iteration: int) -> Path:
         """The library, the task sampler and the iteration, in the embedded trainer's checkpoint layout."""
-        from recipe.forge.engines.local.checkpoint import save_checkpoint
+        from recipe.forge.runs.checkpoint import save_checkpoint
 
         return save_checkpoint(self.output_dir, iteration, rng={"env_tasks": self.train_envs.task_rng},
                                experience=self.experience)
 
     def resume(self) -> int:
         """Iterations already done according to the resume mode (0 when starting fresh)."""
-        from recipe.forge.engines.local.checkpoint import resume_from_checkpoint
+        from recipe.forge.runs.checkpoint import resume_from_checkpoint
 
         t = self.run.trainer
         return resume_from_checkpoint(self.output_dir, t.resume_mode, t.resume_from_path,
@@ -140,7 +140,7 @@ class PromptOnlyRunner:
 
     def save_restore_point(self) -> str:
         """Save the state after the last finished iteration unless its checkpoint exists; says what was kept."""
-        from recipe.forge.engines.local.checkpoint import checkpoint_dir, is_complete, save_checkpoint
+        from recipe.forge.runs.checkpoint import checkpoint_dir, is_complete, save_checkpoint
 
         point = self.restore_point
         if point is None or point.iteration == 0:
@@ -154,7 +154,7 @@ class PromptOnlyRunner:
         """Run to ``trainer.total_training_steps`` iterations (fit_loop.fit); returns the logged metrics. An
         endpoint that stays unusable ends the run with EndpointError after save_restore_point."""
         from recipe.forge.engines.api.retry import EndpointError
-        from recipe.forge.engines.fit_loop import fit
+        from recipe.forge.runs.fit_loop import fit
 
         try:
             return fit(self, self.run, "prompt-only iterations")

@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 from agent_system.multi_turn_rollout.protocols import RolloutBatch, StepRecord
-from recipe.forge.engines.local.sequences import PackedSequences, pack
-from recipe.forge.engines.local.vision_inputs import ImagePrompts
+from recipe.forge.hf.sequences import PackedSequences, pack
+from recipe.forge.hf.vision_inputs import ImagePrompts
 from recipe.forge.step_samples import StepSamples, step_returns, token_level_scores
 
 

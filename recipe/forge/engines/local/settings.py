@@ -153,7 +153,7 @@ def check_model_path(key: str, path: str) -> None:
     """A model path must be the SmolLM2 alias, an existing local model folder, or a hub id already in the local
     Hugging Face cache (nothing is downloaded at start-up: a missing model is an error here, not a minute of
     network retries later)."""
-    from recipe.forge.engines.local.model_paths import model_path_problem
+    from recipe.forge.hf.model_paths import model_path_problem
 
     if not path:
         raise ConfigError(f"{key} must not be empty")

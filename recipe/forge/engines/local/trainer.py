@@ -25,17 +25,17 @@ from agent_system.config_checks import ConfigError
 from agent_system.multi_turn_rollout.prompt_fit import PromptBudget
 from agent_system.multi_turn_rollout.protocols import SamplingParams
 from recipe.forge.distillation import library_distillation_weight
-from recipe.forge.engines.fit_loop import fit
+from recipe.forge.runs.fit_loop import fit
 from recipe.forge.engines.local.advantages import NEEDS_SUM_PI_SQUARED, compute_advantages
 from recipe.forge.engines.local.batch import StepBatch, build_step_batch
-from recipe.forge.engines.local.checkpoint import resume_from_checkpoint, save_checkpoint
-from recipe.forge.engines.local.generation import HFGenerator
+from recipe.forge.runs.checkpoint import resume_from_checkpoint, save_checkpoint
+from recipe.forge.hf.generation import HFGenerator
 from recipe.forge.engines.local.lr_schedule import build_lr_scheduler
-from recipe.forge.engines.local.model_loading import Policy, PolicyConfig, build_policy
-from recipe.forge.engines.local.rollout_dump import decoded_prompt, rollout_dump, shown_entries
+from recipe.forge.hf.model_loading import Policy, PolicyConfig, build_policy
+from recipe.forge.runs.rollout_dump import decoded_prompt, rollout_dump, shown_entries
 from recipe.forge.engines.local.timing import PhaseTimer, TimedProvider
 from recipe.forge.engines.local.update import DistillationInputs, PolicyUpdater, ValueModel
-from recipe.forge.engines.local.validation import validation_metrics
+from recipe.forge.runs.validation import validation_metrics
 from recipe.forge.experience.metrics import reward_metrics
 from recipe.forge.run_config import RunConfig
 
@@ -89,7 +89,7 @@ def seed_everything(seed: int) -> None:
 
 
 class LocalTrainer:
-    """The embedded engine: ``LocalTrainer(load_run_config(cfg)).fit()`` (recipe/forge/engines/fit_loop.py)."""
+    """The embedded engine: ``LocalTrainer(load_run_config(cfg)).fit()`` (recipe/forge/runs/fit_loop.py)."""
 
     def __init__(self, run: RunConfig, components: Components | None = None):
         from agent_system.environments import make_envs
@@ -178,8 +178,8 @@ class LocalTrainer:
             return components.critic_backbone
         from transformers import AutoModel, AutoModelForImageTextToText
 
-        from recipe.forge.engines.local.model_loading import resolve_model_path
-        from recipe.forge.engines.local.model_paths import reads_images
+        from recipe.forge.hf.model_loading import resolve_model_path
+        from recipe.forge.hf.model_paths import reads_images
 
         path = self.run.policy.critic_model_path or self.run.policy.model_path
         if reads_images(path):

@@ -24,9 +24,9 @@ from torch import nn
 
 from recipe.forge.distillation import distillation_loss, distilled_step
 from recipe.forge.engines.local.batch import StepBatch
-from recipe.forge.engines.local.sequences import (PackedSequences, entropy_from_logits, forward_inputs, pack,
+from recipe.forge.hf.sequences import (PackedSequences, entropy_from_logits, forward_inputs, pack,
                                                   response_logits, token_logprobs)
-from recipe.forge.engines.local.vision_inputs import PromptImages
+from recipe.forge.hf.vision_inputs import PromptImages
 
 
 # Losses whose per-token value is the advantage times a function of the ratio: a row with zero advantage

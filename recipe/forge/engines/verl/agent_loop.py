@@ -34,7 +34,7 @@ from agent_system.multi_turn_rollout.protocols import (ACTION_STOP, GenerationOu
 from agent_system.multi_turn_rollout.prompt_fit import fit_prompt, shorter_versions
 from agent_system.multi_turn_rollout.step import PreparedStep, finish_step, prepare_steps, response_text
 from recipe.forge.distillation import distilled_step
-from recipe.forge.engines.local.vision_inputs import message_images
+from recipe.forge.hf.vision_inputs import message_images
 from recipe.forge.engines.verl.episode import EpisodeSession, EpisodeView, StepOutcome
 from recipe.forge.engines.verl.library_channel import NO_LIBRARY, WORKER_LIBRARY
 from recipe.forge.engines.verl.row_codec import StepExtras, row_from_record

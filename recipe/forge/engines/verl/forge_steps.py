@@ -25,8 +25,8 @@ from verl.utils.debug import marked_timer
 
 from agent_system.multi_turn_rollout.prompt_fit import prompt_metrics
 from agent_system.multi_turn_rollout.protocols import RolloutBatch
-from recipe.forge.engines.local.rollout_dump import decoded_prompt, rollout_dump
-from recipe.forge.engines.local.validation import pass_metrics
+from recipe.forge.runs.rollout_dump import decoded_prompt, rollout_dump
+from recipe.forge.runs.validation import pass_metrics
 from recipe.forge.engines.verl import step_batch
 from recipe.forge.engines.verl.distill import check_distillation_config
 from recipe.forge.engines.verl.distribution import distribution_metrics

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from recipe.forge.engines.local.vision_inputs import image_token_count
+from recipe.forge.hf.vision_inputs import image_token_count
 
 
 def image_metrics(inputs: Sequence[Mapping[str, Any] | None], merge_size: int) -> dict[str, float]:

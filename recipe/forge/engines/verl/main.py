@@ -14,7 +14,7 @@ recipe/forge/main_forge.py dispatches here. :func:`run_verl`
 5. hands the loggers other than ``jsonl`` to verl's Tracking; ``<trainer.default_local_dir>/metrics.jsonl`` is
    written by the forge trainer itself, in the embedded engine's format and by its resume rules
    (recipe/forge/engines/verl/metrics_file.py);
-6. holds the run folder (recipe/forge/run_folder.py), starts the watchdog that ends the Ray processes of this driver if it is killed
+6. holds the run folder (recipe/forge/runs/run_folder.py), starts the watchdog that ends the Ray processes of this driver if it is killed
    (recipe/forge/engines/verl/reaper.py) and runs verl's own ``run_ppo`` with its V1 TaskRunner; a Ray process
    that died ends it with the trainer's WorkerDiedError (recipe/forge/engines/verl/worker_faults.py).
 """
@@ -36,7 +36,7 @@ from recipe.forge.engines.verl.reaper import start_reaper
 from recipe.forge.engines.verl.trainer import TRAINER_MODE
 from recipe.forge.engines.verl.worker_faults import unwrap
 from recipe.forge.run_config import RunConfig
-from recipe.forge.run_length import training_tasks
+from recipe.forge.runs.run_length import training_tasks
 
 OWN_LOGGERS = ("jsonl",)  # written by the forge trainer, not by a verl Tracking backend
 
@@ -93,7 +93,7 @@ def prepare_verl_config(run: RunConfig) -> DictConfig:
             print(f"[slea-rl] verl on the CPU: {change}", flush=True)
     task_dir = os.path.join(run.trainer.output_dir or "checkpoints", "forge_tasks")
     train_path, val_path = write_task_files(run, cfg.trainer.get("total_training_steps"), task_dir)
-    from recipe.forge.engines.local.model_loading import resolve_model_path
+    from recipe.forge.hf.model_loading import resolve_model_path
 
     with open_dict(cfg):
         # the packaged-model alias (smollm2-135m-instruct) becomes its converted local folder, for every process
@@ -131,8 +131,8 @@ def check_verl_engine_config(run: RunConfig) -> None:
 
 def run_verl(run: RunConfig) -> None:
     """Train with verl: prepare verl's config and the tasks, and hand them to verl's ``run_ppo``. The run folder is
-    held throughout (recipe/forge/run_folder.py): a second run on it is refused before anything is written."""
-    from recipe.forge.run_folder import own_run_folder
+    held throughout (recipe/forge/runs/run_folder.py): a second run on it is refused before anything is written."""
+    from recipe.forge.runs.run_folder import own_run_folder
 
     with own_run_folder(run.trainer.output_dir):
         _run_verl(run)

@@ -3,7 +3,7 @@
 verl's own ``file`` backend opens its file with mode "wb", so a resumed run used to erase the history before
 it. The forge trainer instead wraps verl's Tracking in a :class:`MetricsFileTee`: every ``log(data, step)`` goes
 to verl's backends as before (console, TensorBoard, W&B, ...) and to ``metrics.jsonl`` through the embedded
-engine's :class:`~recipe.forge.engines.local.tracking.MetricsTracker`, so both engines write one format (one
+engine's :class:`~recipe.forge.runs.tracking.MetricsTracker`, so both engines write one format (one
 object per iteration, ``"iteration": k``, which scripts/plot_training.py reads) by one set of rules:
 
 * a fresh run starts the file afresh;
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from recipe.forge.engines.local.tracking import MetricsTracker
-from recipe.forge.engines.local.validation import evaluation_dir
+from recipe.forge.runs.tracking import MetricsTracker
+from recipe.forge.runs.validation import evaluation_dir
 
 
 def metrics_file_tracker(output_dir: str, resumed_at: int, val_only: bool) -> MetricsTracker:

@@ -22,7 +22,7 @@ from recipe.forge.engines.verl.cpu import register as register_cpu_backend
 
 register_cpu_backend()
 
-from recipe.forge.engines.local.vision_processor import allow_processors_without_torchvision  # noqa: E402
+from recipe.forge.hf.vision_processor import allow_processors_without_torchvision  # noqa: E402
 
 allow_processors_without_torchvision()
 

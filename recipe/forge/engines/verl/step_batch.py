@@ -16,7 +16,7 @@ from recipe.forge.step_samples import StepSamples
 
 def episode_metrics(samples: StepSamples) -> dict[str, float]:
     """Success rate, return, length and valid-action ratio of the episodes in a batch (one value per episode),
-    under the embedded engine's names (recipe/forge/metric_names.py)."""
+    under the embedded engine's names (recipe/forge/runs/metric_names.py)."""
     _, first = np.unique(samples.traj_uid.astype(str), return_index=True)
     n_steps = np.bincount(np.unique(samples.traj_uid.astype(str), return_inverse=True)[1])
     return {

@@ -393,8 +393,8 @@ class ForgeTrainer(PPOTrainerSync):
         self.forge.checkpoint_saved(os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"))
 
     def _load_checkpoint(self):
-        from recipe.forge.durable import CheckpointError
-        from recipe.forge.engines.local.checkpoint import refuse_fresh_start
+        from recipe.forge.runs.durable import CheckpointError
+        from recipe.forge.runs.checkpoint import refuse_fresh_start
 
         if self.config.trainer.resume_mode == "auto":
             refuse_fresh_start(self.config.trainer.default_local_dir)  # verl would start over and overwrite them

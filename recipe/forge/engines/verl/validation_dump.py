@@ -1,5 +1,5 @@
 """The verl engine's validation rows, kept for SLEA-RL's validation metrics and, with ``trainer.rollout_data_dir``,
-written in the one dump format the embedded engine writes (recipe/forge/engines/local/rollout_dump.py), as
+written in the one dump format the embedded engine writes (recipe/forge/runs/rollout_dump.py), as
 ``<rollout_data_dir>/<pass>/<global step>.jsonl`` (``val``, and ``val_no_library`` for SLEA-RL).
 
 verl's ``_validate`` samples each validation batch from its replay buffer (partition ``val``), reads what its
@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from agent_system.multi_turn_rollout.protocols import TrajectoryRecord
-from recipe.forge.engines.local.rollout_dump import RolloutDump, shown_entries
+from recipe.forge.runs.rollout_dump import RolloutDump, shown_entries
 
 VAL_PARTITION = "val"  # verl's TransferQueue partition of validation batches
 

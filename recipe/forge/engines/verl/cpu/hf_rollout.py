@@ -32,7 +32,7 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
 
 from agent_system.multi_turn_rollout.protocols import SamplingParams
-from recipe.forge.engines.local.vision_inputs import ImagePrompts, PromptImages
+from recipe.forge.hf.vision_inputs import ImagePrompts, PromptImages
 from recipe.forge.engines.verl.cpu.verl_private import register_rollout_adapter
 
 ROLLOUT_NAME = "hf"
@@ -83,8 +83,8 @@ class HFRolloutServer:
 
     def __init__(self, model_path: str, response_length: int, max_batch_size: int = 64, seed: int = 0,
                  num_threads: int = 0, name: str = ""):
-        from recipe.forge.engines.local.generation import HFGenerator
-        from recipe.forge.engines.local.model_loading import PolicyConfig, build_policy
+        from recipe.forge.hf.generation import HFGenerator
+        from recipe.forge.hf.model_loading import PolicyConfig, build_policy
 
         if num_threads:
             torch.set_num_threads(num_threads)

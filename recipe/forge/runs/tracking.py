@@ -10,7 +10,7 @@ Resuming after iteration ``k`` (``resume_after=k``): JSONL lines of later iterat
 and TensorBoard is told to purge its events from step ``k + 1`` on, so no step appears twice; a fresh start
 deletes the JSONL file and purges every earlier TensorBoard event of the folder (a run killed before its first
 checkpoint starts over cleanly). A file that is not a metrics file of a SLEA-RL (or verl) run is never replaced
-(recipe/forge/run_folder.py); a full disk is one line naming the file. A torn last line
+(recipe/forge/runs/run_folder.py); a full disk is one line naming the file. A torn last line
 (a kill or a full disk mid-append) is dropped with a warning instead of making the file unreadable.
 """
 
@@ -23,10 +23,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from recipe.forge.durable import write_text_atomic
-from recipe.forge.metric_names import with_current_names
-from recipe.forge.run_folder import check_metrics_file
-from recipe.forge.write_faults import writing
+from recipe.forge.runs.durable import write_text_atomic
+from recipe.forge.runs.metric_names import with_current_names
+from recipe.forge.runs.run_folder import check_metrics_file
+from recipe.forge.runs.write_faults import writing
 
 CONSOLE_KEYS = ("success_rate", "episode_reward/mean", "valid_action_ratio", "episode_length/mean",
                 "actor/pg_loss", "forge/library_total_size", "val/success_rate", "val_no_library/success_rate",
@@ -35,7 +35,7 @@ CONSOLE_KEYS = ("success_rate", "episode_reward/mean", "valid_action_ratio", "ep
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The records of a metrics JSONL file, former metric names read as their current ones
-    (recipe/forge/metric_names.py); a line that is not a JSON object (torn by a kill mid-append) is dropped with
+    (recipe/forge/runs/metric_names.py); a line that is not a JSON object (torn by a kill mid-append) is dropped with
     a warning naming it."""
     records = []
     for number, line in enumerate(Path(path).read_text(encoding="utf-8", errors="replace").splitlines(), 1):

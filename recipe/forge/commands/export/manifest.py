@@ -21,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from recipe.forge.export.checkpoint_source import CheckpointSource
+from recipe.forge.runs.checkpoint_source import CheckpointSource
 
 FORMAT = "slea-rl-export"
 PACKAGES = ("slea-rl", "torch", "transformers", "peft", "verl")

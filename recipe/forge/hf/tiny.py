@@ -58,7 +58,7 @@ def save_tiny_model_dir(path, seed: int = 0, taught: bool = True) -> str:
     folder at ``path`` (what the verl engine's workers and rollout servers load); returns the path."""
     from pathlib import Path
 
-    from recipe.forge.engines.local.model_loading import load_tokenizer
+    from recipe.forge.hf.model_loading import load_tokenizer
 
     tokenizer = load_tokenizer("smollm2-135m-instruct")
     model = answering_llama(tokenizer, seed) if taught else tiny_llama(tokenizer, seed)
@@ -71,7 +71,7 @@ def save_tiny_model_dir(path, seed: int = 0, taught: bool = True) -> str:
 def script_policy(model_path: str, tiny: bool = False):
     """A policy without a reference for benchmarks and probes: the model at ``model_path``, or (``tiny``) a tiny
     random Llama with SmolLM2's tokenizer, where only the plumbing's cost or behaviour matters."""
-    from recipe.forge.engines.local.model_loading import PolicyConfig, build_policy, load_tokenizer
+    from recipe.forge.hf.model_loading import PolicyConfig, build_policy, load_tokenizer
 
     tokenizer = load_tokenizer("smollm2-135m-instruct" if tiny else model_path)
     model = tiny_llama(tokenizer) if tiny else None

@@ -57,8 +57,8 @@ def chat_template(default_system: str | None) -> str:
 
 def _vision_tokenizer():
     """SmolLM2's tokenizer with the vision tokens added (ids 49152..49156 after its 49152)."""
-    from recipe.forge.engines.local.model_loading import load_tokenizer
-    from recipe.forge.engines.local.model_paths import SMOLLM2_ALIAS
+    from recipe.forge.hf.model_loading import load_tokenizer
+    from recipe.forge.hf.model_paths import SMOLLM2_ALIAS
 
     tokenizer = load_tokenizer(SMOLLM2_ALIAS)
     tokenizer.add_special_tokens({"additional_special_tokens": list(VISION_TOKENS)})
@@ -90,7 +90,7 @@ def _processor(family: str, tokenizer):
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
     from transformers.video_processing_utils import BaseVideoProcessor
 
-    from recipe.forge.engines.local.vision_processor import allow_processors_without_torchvision
+    from recipe.forge.hf.vision_processor import allow_processors_without_torchvision
 
     allow_processors_without_torchvision()
     settings = FAMILY_SETTINGS[family]

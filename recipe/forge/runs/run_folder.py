@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from agent_system.config_checks import ConfigError
-from recipe.forge.write_faults import RunFolderError, writing
+from recipe.forge.runs.write_faults import RunFolderError, writing
 
 LOCK_NAME = ".run.lock"
 STEP_FOLDER = re.compile(r"global_step_(\d+)")

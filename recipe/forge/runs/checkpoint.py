@@ -38,11 +38,11 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from recipe.forge.durable import (
+from recipe.forge.runs.durable import (
     TEMP_SUFFIX, CheckpointError, fsync_folder, remove_orphans, temp_name, write_text_atomic,
 )
-from recipe.forge.run_folder import is_checkpoint_folder
-from recipe.forge.write_faults import writing
+from recipe.forge.runs.run_folder import is_checkpoint_folder
+from recipe.forge.runs.write_faults import writing
 
 LATEST = "latest_checkpointed_iteration.txt"
 STATE = "trainer_state.json"

@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from recipe.forge.export.checkpoint_source import CheckpointSource, ExportError
+from recipe.forge.runs.checkpoint_source import CheckpointSource, ExportError
 
 
 def _first_line(exc: BaseException) -> str:
@@ -63,8 +63,8 @@ def adapter_base(policy: Path) -> str | None:
 def base_model_folder(candidates: list[tuple[str, str]]) -> tuple[str, str]:
     """The first ``(path, where it came from)`` of ``candidates`` that loads offline, resolved to a folder or
     cached hub id; ExportError naming every candidate tried when none does."""
-    from recipe.forge.engines.local.model_loading import resolve_model_path
-    from recipe.forge.engines.local.model_paths import model_path_problem
+    from recipe.forge.hf.model_loading import resolve_model_path
+    from recipe.forge.hf.model_paths import model_path_problem
 
     tried = []
     for path, origin in candidates:

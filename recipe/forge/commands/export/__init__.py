@@ -1,4 +1,4 @@
-"""``slea-rl export CHECKPOINT --out FOLDER`` (also ``python -m recipe.forge.export``): a checkpoint of any engine
+"""``slea-rl export CHECKPOINT --out FOLDER`` (also ``python -m recipe.forge.commands.export``): a checkpoint of any engine
 as one self-contained folder.
 
     FOLDER/
@@ -14,6 +14,6 @@ weights, a LoRA adapter merged into its base, verl's FSDP shards through verl's 
 its export holds the library and the manifest, which says so.
 """
 
-from recipe.forge.export.cli import export_checkpoint, main
+from recipe.forge.commands.export.cli import export_checkpoint, main
 
 __all__ = ["export_checkpoint", "main"]

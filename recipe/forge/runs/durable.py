@@ -16,7 +16,7 @@ import socket
 from pathlib import Path
 from typing import IO, Callable
 
-from recipe.forge.write_faults import writing
+from recipe.forge.runs.write_faults import writing
 
 TEMP_SUFFIX = ".tmp"
 

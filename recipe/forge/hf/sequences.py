@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipe.forge.engines.local.shared_prefix import SharedPrefix, tail_inputs
-from recipe.forge.engines.local.vision_inputs import PromptImages, batch_image_inputs, mrope_position_ids
+from recipe.forge.hf.shared_prefix import SharedPrefix, tail_inputs
+from recipe.forge.hf.vision_inputs import PromptImages, batch_image_inputs, mrope_position_ids
 
 
 @dataclass

@@ -6,12 +6,12 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from recipe.forge.run_folder import LOCK_NAME
+from recipe.forge.runs.run_folder import LOCK_NAME
 
 # python -c HOLDER <folder>: holds the folder's lock (as a run does), prints "holding", then waits to be killed
 HOLDER = textwrap.dedent("""
     import sys, time
-    from recipe.forge.run_folder import hold_run_folder
+    from recipe.forge.runs.run_folder import hold_run_folder
     with hold_run_folder(sys.argv[1]):
         print("holding", flush=True)
         time.sleep(600)

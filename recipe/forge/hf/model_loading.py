@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from agent_system.config_checks import ConfigError
-from recipe.forge.engines.local.model_paths import SMOLLM2_ALIAS, reads_images, smollm2_folder
+from recipe.forge.hf.model_paths import SMOLLM2_ALIAS, reads_images, smollm2_folder
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
@@ -208,7 +208,7 @@ def build_policy(config: PolicyConfig, model: nn.Module | None = None, tokenizer
     if model is None and reads_images(config.path):
         from transformers import AutoModelForImageTextToText
 
-        from recipe.forge.engines.local.vision_processor import load_processor
+        from recipe.forge.hf.vision_processor import load_processor
 
         processor = load_processor(config.path)
         tokenizer = _prepared(processor.tokenizer)

@@ -41,17 +41,17 @@ def fit(engine: IterativeEngine, run: RunConfig, description: str) -> list[dict[
     """Train ``engine`` to ``trainer.total_training_steps`` iterations; returns the metrics this process logged.
 
     With ``trainer.val_only`` it only evaluates the restored state (:func:`evaluate_only`). The run folder is held
-    for the whole fit (recipe/forge/run_folder.py): a second fit on it, in this process or another, is refused."""
-    from recipe.forge.run_folder import own_run_folder
+    for the whole fit (recipe/forge/runs/run_folder.py): a second fit on it, in this process or another, is refused."""
+    from recipe.forge.runs.run_folder import own_run_folder
 
     with own_run_folder(run.trainer.output_dir):
         return _fit(engine, run, description)
 
 
 def _fit(engine: IterativeEngine, run: RunConfig, description: str) -> list[dict[str, float]]:
-    from recipe.forge.engines.local.checkpoint import prune_checkpoints
-    from recipe.forge.engines.local.tracking import MetricsTracker
-    from recipe.forge.engines.local.validation import evaluate_only, library_effect
+    from recipe.forge.runs.checkpoint import prune_checkpoints
+    from recipe.forge.runs.tracking import MetricsTracker
+    from recipe.forge.runs.validation import evaluate_only, library_effect
 
     t = run.trainer
     start = engine.iteration = engine.resume()

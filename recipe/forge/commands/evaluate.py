@@ -1,4 +1,4 @@
-"""``slea-rl eval CHECKPOINT [options] [hydra overrides]`` (also ``python -m recipe.forge.evaluate``): a checkpoint's
+"""``slea-rl eval CHECKPOINT [options] [hydra overrides]`` (also ``python -m recipe.forge.commands.evaluate``): a checkpoint's
 figures on held-out tasks, the same at any evaluation batch size.
 
 N held-out tasks (seeds ``env.val_seed_offset + 0..N-1``, never trained on) x k samples each are played once per
@@ -41,7 +41,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from recipe.forge.eval_sources import EvalSource, EvalSourceError, identify, library_folder
+from recipe.forge.commands.eval_sources import EvalSource, EvalSourceError, identify, library_folder
 
 PASS_DUMPS = {"with_library": "val", "without_library": "val_no_library", "other_library": "val_other_library"}
 
@@ -123,8 +123,8 @@ def model_generator(run, source: EvalSource, model_dir: Path | None, batch_size:
     """The local HF generator of the checkpoint's policy (``model_dir``: a plain model folder instead)."""
     import torch
 
-    from recipe.forge.engines.local.generation import HFGenerator
-    from recipe.forge.engines.local.model_loading import PolicyConfig, build_policy
+    from recipe.forge.hf.generation import HFGenerator
+    from recipe.forge.hf.model_loading import PolicyConfig, build_policy
     from recipe.forge.engines.local.trainer import resolve_compute_dtype, resolve_device
 
     policy_keys = run.policy
@@ -164,9 +164,9 @@ def evaluate(run, source: EvalSource, *, tasks: int, samples: int, batch_size: i
 
     from agent_system.multi_turn_rollout.prompt_fit import PromptBudget
     from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
-    from recipe.forge.engines.local.rollout_dump import RolloutDump, chat_prompt, decoded_prompt, shown_entries
+    from recipe.forge.runs.rollout_dump import RolloutDump, chat_prompt, decoded_prompt, shown_entries
     from recipe.forge.engines.local.trainer import seed_everything
-    from recipe.forge.eval_report import build_report, write_report
+    from recipe.forge.commands.eval_report import build_report, write_report
     from recipe.forge.experience import ExperienceSystem
     from recipe.forge.experience.episode_views import EpisodeViews
 
@@ -221,7 +221,7 @@ def recorded_overrides(run_dir: Path | None) -> list[str]:
         return []
     from omegaconf import OmegaConf
 
-    from recipe.forge.export.manifest import hydra_record
+    from recipe.forge.commands.export.manifest import hydra_record
 
     record = hydra_record(run_dir)
     overrides = None if record is None else record.with_name("overrides.yaml")
@@ -250,8 +250,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from agent_system.config_checks import ConfigError
 
-    from recipe.forge.durable import CheckpointError
-    from recipe.forge.export.checkpoint_source import ExportError
+    from recipe.forge.runs.durable import CheckpointError
+    from recipe.forge.runs.checkpoint_source import ExportError
 
     args, overrides = parser().parse_known_args(argv)
     try:
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     except (EvalSourceError, ExportError, ConfigError, CheckpointError, ValueError) as exc:
         print(f"slea-rl eval: {exc}", file=sys.stderr)
         return 2
-    from recipe.forge.eval_report import console_table
+    from recipe.forge.commands.eval_report import console_table
 
     print(console_table(report))
     print(f"written to {out_dir}")
@@ -291,7 +291,7 @@ def played_model(source: EvalSource):
     if source.kind == "hf":
         yield source.path
     elif source.kind == "verl":
-        from recipe.forge.export.policy_weights import write_verl_policy
+        from recipe.forge.runs.policy_weights import write_verl_policy
 
         with tempfile.TemporaryDirectory(prefix="slea_rl_eval_") as folder:
             write_verl_policy(source.policy, Path(folder))

@@ -15,8 +15,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from recipe.forge.durable import write_text_atomic
-from recipe.forge.eval_stats import INTERVALS, paired_difference, success_figures
+from recipe.forge.runs.durable import write_text_atomic
+from recipe.forge.commands.eval_stats import INTERVALS, paired_difference, success_figures
 from recipe.forge.safe_text import markdown_text
 
 EPISODES = "episodes.jsonl"

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from agent_system.multi_turn_rollout.protocols import Message, StepRecord, TrajectoryRecord
-from recipe.forge.durable import write_text_atomic
+from recipe.forge.runs.durable import write_text_atomic
 
 PromptText = Callable[[StepRecord], str]  # the prompt of a step as the policy was given it
 ENTRY_FIELDS = ("zone", "level", "text", "advice")

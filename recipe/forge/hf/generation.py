@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from agent_system.multi_turn_rollout.protocols import GenerationOutput, Message, SampleStream, SamplingParams
-from recipe.forge.engines.local.sequences import forward_inputs, pack
-from recipe.forge.engines.local.vision_inputs import ImagePrompts, PromptImages
+from recipe.forge.hf.sequences import forward_inputs, pack
+from recipe.forge.hf.vision_inputs import ImagePrompts, PromptImages
 
 
 class HFGenerator:

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from agent_system.multi_turn_rollout.protocols import RolloutBatch, SamplingParams
 from agent_system.multi_turn_rollout.rollout_loop import rollout_metrics
-from recipe.forge.engines.local.rollout_dump import RolloutDump, shown_entries
+from recipe.forge.runs.rollout_dump import RolloutDump, shown_entries
 
 
 def validation_metrics(collector, envs, generator, sampling: SamplingParams, experience=None,
@@ -72,7 +72,7 @@ def evaluate_only(settings, iteration: int, validate: Callable[[], dict[str, flo
 
     Metrics go to ``<default_local_dir>/eval/global_step_<iteration>/`` (``eval/initial`` without a
     checkpoint), never into the training run's metrics.jsonl. Returns the one logged entry."""
-    from recipe.forge.engines.local.tracking import MetricsTracker
+    from recipe.forge.runs.tracking import MetricsTracker
 
     tracker = MetricsTracker(evaluation_dir(settings.output_dir, iteration), settings.loggers,
                              settings.project_name, f"{settings.experiment_name}_eval", config)

@@ -18,14 +18,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from recipe.forge.durable import fsync_folder, remove_orphans, temp_name
+from recipe.forge.runs.durable import fsync_folder, remove_orphans, temp_name
 from recipe.forge.experience.store import FILENAME, CheckpointError, load_payload
 from recipe.forge.experience.viewer import as_markdown, organise
-from recipe.forge.export.checkpoint_source import CheckpointSource, ExportError, inspect_checkpoint
-from recipe.forge.export.manifest import FORMAT, build_manifest, model_path_of, recorded_config
-from recipe.forge.export.policy_weights import adapter_base, write_policy
+from recipe.forge.runs.checkpoint_source import CheckpointSource, ExportError, inspect_checkpoint
+from recipe.forge.commands.export.manifest import FORMAT, build_manifest, model_path_of, recorded_config
+from recipe.forge.runs.policy_weights import adapter_base, write_policy
 from recipe.forge.safe_text import terminal_text
-from recipe.forge.write_faults import RunFolderError, writing
+from recipe.forge.runs.write_faults import RunFolderError, writing
 
 MANIFEST = "manifest.json"
 

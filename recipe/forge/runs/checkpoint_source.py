@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from recipe.forge.durable import CheckpointError
-from recipe.forge.engines.local.checkpoint import read_trainer_state
+from recipe.forge.runs.durable import CheckpointError
+from recipe.forge.runs.checkpoint import read_trainer_state
 from recipe.forge.experience.store import FILENAME
 
 STEP_FOLDER = re.compile(r"global_step_(\d+)")

@@ -1,6 +1,6 @@
 """What ``slea-rl eval`` evaluates: a checkpoint of either engine or a plain Hugging Face model folder.
 
-Checkpoints are recognised and checked as ``slea-rl export`` checks them (recipe/forge/export/checkpoint_source.py):
+Checkpoints are recognised and checked as ``slea-rl export`` checks them (recipe/forge/runs/checkpoint_source.py):
 
 * an embedded-engine checkpoint: the policy is built from the run config (the model path and LoRA keys it was
   trained with) and the checkpoint's weights loaded into it, as a resume loads them;
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from recipe.forge.export.checkpoint_source import ExportError, inspect_checkpoint
+from recipe.forge.runs.checkpoint_source import ExportError, inspect_checkpoint
 
 
 class EvalSourceError(ValueError):
