@@ -1,9 +1,9 @@
-"""The environment API: one gym-style episode (:class:`AgentEnv`) and a manager over B x G of them
-(:class:`EnvironmentManagerBase`).
+"""The environment API: one gym-style episode (:class:`~agent_system.environments.episode.AgentEnv`, episode.py)
+and a manager over B x G of them (:class:`EnvironmentManagerBase`).
 
 How to add an environment (e.g. ``env_package/myenv/``)
 --------------------------------------------------------
-1. ``env_package/myenv/env.py``: a subclass of :class:`AgentEnv`.
+1. ``env_package/myenv/env.py``: a subclass of :class:`~agent_system.environments.episode.AgentEnv`.
    ``reset(seed) -> (obs, info)`` and ``step(action_text) -> (obs, reward, terminated, truncated, info)``.
    ``obs`` is text. ``info`` carries at least ``won`` (bool), ``task`` (the episode's task description) and
    ``task_type`` (str or None); ``admissible_actions`` (list[str]) where the environment has them; ``image``
@@ -14,7 +14,7 @@ How to add an environment (e.g. ``env_package/myenv/``)
    it (``StepRecord.expert_action``, which measures the library's lessons; an expert too slow to ask at every
    step is left out of the records with the manager's ``records_expert_actions = False``).
    The constructor takes keyword arguments only, all picklable: environments may be built inside worker
-   processes from an :class:`EnvSpec`.
+   processes from an :class:`~agent_system.environments.episode.EnvSpec`.
 2. ``prompts/myenv.py``: ``build_prompt(ctx: PromptContext) -> str`` (see prompts/common.py), rendering
    the observation with and without history.
 3. ``env_package/myenv/manager.py``: a subclass of :class:`EnvironmentManagerBase` that sets
@@ -37,73 +37,17 @@ recorded as failed, with ``info["failure_reason"]``; the rest of the batch carri
 
 from __future__ import annotations
 
-import abc
-import importlib
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
 from agent_system.environments.config import EnvConfig
+from agent_system.environments.episode import EnvSpec
 from agent_system.environments.projection import ParsedAction, parse_tagged_response, valid_unicode
 from agent_system.environments.prompts.common import PromptContext
 from agent_system.memory import BaseMemory, make_memory
-
-
-class AgentEnv(abc.ABC):
-    """One seeded, deterministic episode with text observations and text actions (gymnasium-style)."""
-
-    @abc.abstractmethod
-    def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
-        """Start the episode chosen by ``seed``; returns (observation text, info)."""
-
-    @abc.abstractmethod
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        """Apply one action (text in the environment's action language; unknown text is an invalid move,
-        never an exception); returns (observation, reward, terminated, truncated, info)."""
-
-    def expert_action(self) -> str | None:
-        """The action a scripted expert takes from the current state, or None when the environment has none."""
-        return None
-
-    def close(self) -> None:
-        """Release resources (processes, files); the default has none."""
-
-
-@dataclass(frozen=True)
-class EnvSpec:
-    """A picklable recipe for one environment: ``target`` is "module:Class", ``kwargs`` its constructor args."""
-
-    target: str
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-
-    def build(self) -> AgentEnv:
-        module_name, _, class_name = self.target.partition(":")
-        if not class_name:
-            raise ValueError(f"EnvSpec target {self.target!r} must be 'module:Class'")
-        env_class = getattr(importlib.import_module(module_name), class_name)
-        return env_class(**dict(self.kwargs))
-
-
-@dataclass
-class StepResult:
-    """What one environment step (or reset, with reward 0 and not done) returns through a pool."""
-
-    obs: str
-    reward: float
-    terminated: bool
-    truncated: bool
-    info: dict[str, Any]
-
-    @property
-    def done(self) -> bool:
-        return self.terminated or self.truncated
-
-
-def failed_result(reason: str, obs: str = "") -> StepResult:
-    """The result recorded for an episode that ended because of infrastructure, not the policy."""
-    return StepResult(obs=obs, reward=0.0, terminated=True, truncated=False, info={"won": False, "failure_reason": reason})
 
 
 def task_seeds(split: str, count: int, val_seed_offset: int, rng: np.random.Generator | None = None) -> np.ndarray:

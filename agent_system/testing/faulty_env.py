@@ -15,7 +15,9 @@ import threading
 import time
 from typing import Any
 
-from agent_system.environments.base import AgentEnv, EnvironmentManagerBase, EnvSpec
+from agent_system.environments.base import EnvironmentManagerBase
+
+from agent_system.environments.episode import AgentEnv, EnvSpec
 from agent_system.environments.config import EnvConfig
 from agent_system.environments.projection import ParsedAction
 from agent_system.environments.prompts.common import PromptContext, answer_format, history_block, join_sections

@@ -5,7 +5,7 @@ from __future__ import annotations
 import traceback
 from typing import Any, Sequence
 
-from agent_system.environments.base import AgentEnv, EnvSpec, StepResult, failed_result
+from agent_system.environments.episode import AgentEnv, EnvSpec, StepResult, failed_result
 
 
 def env_error_reason(exc: BaseException) -> str:

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from agent_system.environments.base import EnvSpec, StepResult, failed_result
+from agent_system.environments.episode import EnvSpec, StepResult, failed_result
 from agent_system.workers.in_process import run_call, run_reset, run_step
 
 _FLUSH_S = 0.02  # a worker sends the results it has after this long, so progress is visible early

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_system.environments.base import EnvSpec
+from agent_system.environments.episode import EnvSpec
 from agent_system.multi_turn_rollout.protocols import SamplingParams
 from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
 from agent_system.testing.configs import env_config

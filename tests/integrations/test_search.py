@@ -301,7 +301,7 @@ def test_search_config_is_validated():
 
 
 def test_batched_pool_sends_one_request_per_step_and_matches_single_envs(search_dataset, retrieval_server, faulty_server):
-    from agent_system.environments.base import EnvSpec
+    from agent_system.environments.episode import EnvSpec
     from agent_system.environments.env_package.search.batched_pool import BatchedSearchPool
     from agent_system.workers.in_process import InProcessEnvPool
 

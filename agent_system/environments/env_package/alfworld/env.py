@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from agent_system.environments.base import AgentEnv
+from agent_system.environments.episode import AgentEnv
 from agent_system.environments.env_package.alfworld.engine import AlfredTextGame
 from agent_system.environments.env_package.alfworld.game_files import task_type_of
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from agent_system.environments.base import EnvironmentManagerBase, EnvSpec
+from agent_system.environments.base import EnvironmentManagerBase
+
+from agent_system.environments.episode import EnvSpec
 from agent_system.environments.config import EnvConfig
 from agent_system.environments.env_package.alfworld.game_files import game_files_for
 from agent_system.environments.prompts import alfworld as alfworld_prompt

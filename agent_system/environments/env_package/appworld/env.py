@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any
 
-from agent_system.environments.base import AgentEnv
+from agent_system.environments.episode import AgentEnv
 
 WIN_REWARD = 10.0
 BRIDGE = os.path.join(os.path.dirname(__file__), "bridge.py")

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from agent_system.environments.base import EnvironmentManagerBase, EnvSpec
+from agent_system.environments.base import EnvironmentManagerBase
+
+from agent_system.environments.episode import EnvSpec
 from agent_system.environments.config import EnvConfig
 from agent_system.environments.prompts import appworld as appworld_prompt
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_system.environments.base import AgentEnv
+from agent_system.environments.episode import AgentEnv
 
 ACTIONS = ["+", "-"]
 

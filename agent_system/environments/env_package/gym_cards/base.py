@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_system.environments.base import AgentEnv
+from agent_system.environments.episode import AgentEnv
 
 
 class CardGameEnv(AgentEnv):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from agent_system.environments.base import StepResult, failed_result
+from agent_system.environments.episode import StepResult, failed_result
 from agent_system.environments.env_package.search.client import RetrievalError
 from agent_system.environments.env_package.search.env import parse_search_action
 from agent_system.workers.in_process import InProcessEnvPool, env_error_reason, run_step

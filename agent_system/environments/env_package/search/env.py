@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agent_system.environments.base import AgentEnv
+from agent_system.environments.episode import AgentEnv
 from agent_system.environments.env_package.search.answers import exact_match
 from agent_system.environments.env_package.search.client import RetrievalClient, RetrievalError
 from agent_system.environments.env_package.search.corpus import format_passages

@@ -13,7 +13,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from agent_system.environments.base import EnvironmentManagerBase, EnvSpec
+from agent_system.environments.base import EnvironmentManagerBase
+
+from agent_system.environments.episode import EnvSpec
 from agent_system.environments.config import EnvConfig
 from agent_system.environments.env_package.search.env import parse_search_action
 from agent_system.environments.prompts import search as search_prompt

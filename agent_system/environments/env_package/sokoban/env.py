@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_system.environments.base import AgentEnv
+from agent_system.environments.episode import AgentEnv
 from agent_system.environments.env_package.sokoban.generator import generate_room
 from agent_system.environments.env_package.sokoban.render import render_rgb
 from agent_system.environments.env_package.sokoban.room import ACTIONS, TARGET, Room, RoomState

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from agent_system.environments.base import AgentEnv
+from agent_system.environments.episode import AgentEnv
 
 _PROMPT_LINE = re.compile(r"^\s*>.*$", re.MULTILINE)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from agent_system.environments.base import EnvironmentManagerBase, EnvSpec
+from agent_system.environments.base import EnvironmentManagerBase
+
+from agent_system.environments.episode import EnvSpec
 from agent_system.environments.config import EnvConfig
 from agent_system.environments.env_package.textworld.games import ensure_games
 from agent_system.environments.prompts import textworld as textworld_prompt

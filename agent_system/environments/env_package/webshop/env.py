@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_system.environments.base import AgentEnv
+from agent_system.environments.episode import AgentEnv
 
 WIN_REWARD = 10.0
 SEARCH_PLACEHOLDER = "search[<your query>]"
