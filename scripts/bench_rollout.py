@@ -24,7 +24,7 @@ def measure(model_path: str, tiny: bool, tasks: int, groups: list[int], env_name
     from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
     from recipe.forge.hf.generation import HFGenerator
     from recipe.forge.hf.tiny import script_policy
-    from recipe.forge.engines.local.trainer import resolve_device
+    from recipe.forge.hf.compute import resolve_device
 
     policy = script_policy(model_path, tiny)
     tokenizer = policy.tokenizer

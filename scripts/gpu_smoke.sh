@@ -22,7 +22,7 @@ LOG="$OUT/train.log"
 import sys
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-from recipe.forge.hf.model_loading import ensure_smollm2_folder
+from recipe.forge.hf.model_paths import ensure_smollm2_folder
 
 source = ensure_smollm2_folder()  # plain HF folder converted once from the packaged GGUF
 config = AutoConfig.from_pretrained(source)

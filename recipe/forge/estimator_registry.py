@@ -68,3 +68,11 @@ def register_with_verl() -> None:
 
     for name, fn in (("forge", forge_adv_estimator), ("gigpo", gigpo_adv_estimator)):
         ADV_ESTIMATOR_REGISTRY.setdefault(name, fn)
+
+
+def known_adv_estimators() -> list[str]:
+    """verl's registry (with our plugin's entries) plus the estimators verl's trainer handles inline."""
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, AdvantageEstimator
+
+    register_with_verl()
+    return sorted(set(ADV_ESTIMATOR_REGISTRY) | {e.value for e in AdvantageEstimator})

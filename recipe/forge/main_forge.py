@@ -13,17 +13,14 @@ the preset ``+experiment=main_job``: SLEA-RL training of SmolLM2-135M-Instruct o
 
 from __future__ import annotations
 
-import importlib.util
-import logging
 import os
 import sys
-import warnings
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
-CONFIG_DIR = str(Path(__file__).resolve().parent / "config")
+from recipe.forge.commands import silence_irrelevant_verl_warnings
+from recipe.forge.run_config import CONFIG_DIR, verl_config_searchpath
 
 
 def validate(cfg: DictConfig):
@@ -32,18 +29,6 @@ def validate(cfg: DictConfig):
     from recipe.forge.run_config import load_run_config
 
     return load_run_config(cfg)
-
-
-def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
-    """The shipped config (forge_trainer.yaml on verl's defaults) with Hydra ``overrides``, as the command line
-    composes it, for callers outside ``@hydra.main`` (``slea-rl eval``, scripts)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-        return compose(config_name="forge_trainer",
-                       overrides=list(overrides) + [f"hydra.searchpath=[{verl_config_searchpath()}]"])
 
 
 def run(cfg: DictConfig):
@@ -105,36 +90,7 @@ def _hydra_main(cfg: DictConfig) -> None:
         sys.exit(EXIT_CODE)
 
 
-def verl_config_searchpath() -> str:
-    """verl's config folder as a file:// search path, found without importing verl (the YAML's
-    ``pkg://verl.trainer.config`` imports verl, which takes several seconds before any check can run)."""
-    spec = importlib.util.find_spec("verl")
-    if spec is None or not spec.submodule_search_locations:
-        return "pkg://verl.trainer.config"
-    return "file://" + str(Path(list(spec.submodule_search_locations)[0]) / "trainer" / "config")
-
-
-# what verl's platform manager logs when no accelerator is present (the messages' format strings)
-_PLATFORM_FALLBACK_MESSAGES = ("No supported accelerator detected", "Platform '%s' (%s) is registered but not available")
-
-
-def silence_irrelevant_verl_warnings() -> None:
-    """Hide what importing verl prints about back-ends nobody asked for, in this process only.
-
-    verl warns once per optional training engine it cannot import (torchtitan, veomni, automodel, mindspeed,
-    megatron) and, on a machine without an accelerator, that it falls back to the nvidia platform. Neither
-    matters to the embedded engine, and the distributed engine fails with verl's own error when a back-end it
-    was told to use is missing. Ray workers keep verl's warnings."""
-    warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
-    # a filter, not a level: verl's module sets its logger's level when it is imported
-    logging.getLogger("verl.plugin.platform.platform_manager").addFilter(_not_a_platform_fallback)
-
-
-def _not_a_platform_fallback(record: logging.LogRecord) -> bool:
-    return not str(record.msg).startswith(_PLATFORM_FALLBACK_MESSAGES)
-
-
-SUBCOMMANDS = {"eval": "recipe.forge.commands.evaluate", "export": "recipe.forge.commands.export"}
+SUBCOMMANDS = {"eval": "recipe.forge.commands.eval.evaluate", "export": "recipe.forge.commands.export"}
 
 
 def main() -> None:

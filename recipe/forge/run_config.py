@@ -14,13 +14,14 @@ engine ``api``. verl's trainer reads its own keys from ``composed`` (recipe/forg
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from agent_system.config_checks import ConfigError
+from agent_system.config_checks import ConfigError, check_choice
 from agent_system.multi_turn_rollout.protocols import ACTION_STOP, SamplingParams
 from recipe.forge.config_reader import ConfigReader
 from recipe.forge.runs.run_folder import check_run_paths
@@ -30,6 +31,7 @@ LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 RESUME_MODES = ("disable", "auto", "resume_path")
 ROLLOUT = "actor_rollout_ref.rollout"
 MODEL_PATH = "actor_rollout_ref.model.path"
+CONFIG_DIR = str(Path(__file__).resolve().parent / "config")
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ class RunConfig:
     rollout: RolloutSection | None = None
     local: Any = None  # recipe.forge.engines.local.settings.LocalSettings
     policy: Any = None  # recipe.forge.engines.local.settings.PolicySection (embedded engine)
-    api: Any = None  # recipe.forge.engines.api.runner.ApiSettings (prompt-only engine)
+    api: Any = None  # recipe.forge.engines.api.settings.ApiSettings (prompt-only engine)
 
     @property
     def group_size(self) -> int:
@@ -193,10 +195,42 @@ def check_run_config(cfg: DictConfig) -> tuple[str, Any, DataSection, dict[str, 
     if engine in ("local", "verl"):  # the prompt-only engine's endpoint model cannot be inspected from here
         check_model_reads_images(env, MODEL_PATH, reader.text(MODEL_PATH))
     if engine == "api":
-        from recipe.forge.engines.api.runner import read_api_settings
+        from recipe.forge.engines.api.settings import read_api_settings
 
         sections["api"] = read_api_settings(reader)
     return engine, env, read_data(reader, engine), sections
+
+
+def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
+    """The shipped config (forge_trainer.yaml on verl's defaults) with Hydra ``overrides``, as the command line
+    composes it, for callers outside ``@hydra.main`` (``slea-rl eval``, scripts)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        return compose(config_name="forge_trainer",
+                       overrides=list(overrides) + [f"hydra.searchpath=[{verl_config_searchpath()}]"])
+
+
+def verl_config_searchpath() -> str:
+    """verl's config folder as a file:// search path, found without importing verl (the YAML's
+    ``pkg://verl.trainer.config`` imports verl, which takes several seconds before any check can run)."""
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        return "pkg://verl.trainer.config"
+    return "file://" + str(Path(list(spec.submodule_search_locations)[0]) / "trainer" / "config")
+
+
+def validate_algorithm(section: DictConfig | dict) -> Any:
+    """The typed ``algorithm`` section (config_schema.ForgeAlgoConfig), its estimator one that verl's registry (with ours) knows; ConfigError
+    naming the first bad key."""
+    from recipe.forge.config_schema import instantiate_algorithm
+    from recipe.forge.estimator_registry import known_adv_estimators
+
+    algorithm = instantiate_algorithm(section)
+    check_choice("algorithm.adv_estimator", algorithm.adv_estimator, known_adv_estimators())
+    return algorithm
 
 
 def load_run_config(cfg: DictConfig) -> RunConfig:
@@ -204,9 +238,7 @@ def load_run_config(cfg: DictConfig) -> RunConfig:
 
     :func:`check_run_config` first (no verl or torch import), then verl's typed objects and registries."""
     engine, env, data, sections = check_run_config(cfg)
-    from recipe.forge.config_schema import validate_algorithm  # the slow imports (verl, torch) start here
-
-    algorithm = validate_algorithm(cfg.get("algorithm", {}) or {})
+    algorithm = validate_algorithm(cfg.get("algorithm", {}) or {})  # the slow imports (verl, torch) start here
     if engine == "local":
         from recipe.forge.engines.local.settings import build_policy_section
 
@@ -214,7 +246,7 @@ def load_run_config(cfg: DictConfig) -> RunConfig:
     run = RunConfig(engine=engine, algorithm=algorithm, env=env, data=data,
                     composed=OmegaConf.to_container(cfg, resolve=False), **sections)
     if engine == "verl":
-        from recipe.forge.engines.verl.main import check_verl_engine_config
+        from recipe.forge.engines.verl.settings import check_verl_engine_config
 
         check_verl_engine_config(run)
     return run

@@ -10,6 +10,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 def compose_shipped(overrides: list[str] = ()):
     """The shipped config (verl's defaults on the search path) with ``overrides``."""
-    from recipe.forge.main_forge import compose_config
+    from recipe.forge.run_config import compose_config
 
     return compose_config(list(overrides))

@@ -54,7 +54,7 @@ def attack_endpoint_faults(quick: bool) -> dict:
     from agent_system.testing.threaded_server import ThreadedServer
     from recipe.forge.engines.api.generator import OpenAIGenerator
     from recipe.forge.engines.api.retry import EndpointError
-    from recipe.forge.engines.api.runner import ApiSettings
+    from recipe.forge.engines.api.settings import ApiSettings
 
     counts = {"endpoint_attacks": 0, "requests_failed": 0, "malformed_sent": 0, "malformed_as_invalid": 0,
               "runs_lost": 0, "tracebacks": 0, "outage_clear_line": 0, "outage_saved": 0}
@@ -148,7 +148,7 @@ def attack_exports(quick: bool) -> dict:
     from recipe.forge.config_schema import ForgeConfig
     from recipe.forge.experience import ExperienceSystem
     from recipe.forge.experience.library import Candidate
-    from recipe.forge.experience.viewer import main as viewer_main
+    from recipe.forge.commands.library_viewer import main as viewer_main
 
     counts = {"export_attacks": 0, "markup_formed": 0, "markup_executed": 0, "console_control_chars": 0,
               "browser_checked": False}

@@ -1,6 +1,6 @@
 """Attacks for scripts/reliability_report.py (issue 24 item 3): ``slea-rl-library diff A B`` fed hostile lesson
 text and bad inputs. Real ExperienceSystem checkpoints in a temporary folder; the diff runs in-process through
-the console entry point (recipe.forge.experience.viewer.main), its stdout and stderr captured.
+the console entry point (recipe.forge.commands.library_viewer.main), its stdout and stderr captured.
 
 all_caught condition:
     attack_library_diff: r["diff_bad_inputs_one_line_exit_2"] == r["diff_bad_inputs"] > 0 and r["diff_tracebacks"] == 0
@@ -35,7 +35,7 @@ def _system():
 
 
 def _run(argv):
-    from recipe.forge.experience.viewer import main
+    from recipe.forge.commands.library_viewer import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

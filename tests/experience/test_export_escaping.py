@@ -15,7 +15,7 @@ import pytest
 from agent_system.testing.browser import dump_dom
 from recipe.forge.experience import ExperienceSystem
 from recipe.forge.experience.library import Candidate
-from recipe.forge.experience.viewer import main as viewer_main
+from recipe.forge.commands.library_viewer import main as viewer_main
 from recipe.forge.safe_text import markdown_text, terminal_text
 
 pytestmark = pytest.mark.timeout(300)

@@ -15,7 +15,7 @@ from recipe.forge.experience.extract_oracle import OracleExtractor
 from recipe.forge.experience.extract_rule import RuleExtractor
 from recipe.forge.experience.lesson_quality import lesson_quality_stats, verdict
 from recipe.forge.experience.library import Advice, ExperienceEntry
-from recipe.forge.experience.viewer import main as viewer_main
+from recipe.forge.commands.library_viewer import main as viewer_main
 
 A, B = "Target: 2\nCurrent: 1", "Target: 0\nCurrent: 1"  # NumberLine states: the expert answers "+" at A, "-" at B
 

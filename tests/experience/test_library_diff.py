@@ -14,7 +14,7 @@ import pytest
 from recipe.forge.experience import ExperienceSystem
 from recipe.forge.experience.library import Candidate
 from recipe.forge.experience.store import load_payload
-from recipe.forge.experience.viewer import main as library_main
+from recipe.forge.commands.library_viewer import main as library_main
 
 LESSON = '<script>console.log("PWNED")</script> clear \x1b[2J bidi \u202eevil'
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")

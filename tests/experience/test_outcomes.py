@@ -31,7 +31,7 @@ from recipe.forge.experience.library import Candidate
 from recipe.forge.experience.outcomes import OUTCOME_FIELDS
 from recipe.forge.experience.store import FILENAME, _canonical, load_payload
 from recipe.forge.experience.system import PROVISIONAL_BASE
-from recipe.forge.experience.viewer import main as viewer_main
+from recipe.forge.commands.library_viewer import main as viewer_main
 from tests.experience.conftest import make_traj
 
 A = "You arrive at fridge 1. The fridge 1 is closed."

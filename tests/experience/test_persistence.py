@@ -13,7 +13,7 @@ import pytest
 
 from recipe.forge.experience import CheckpointError, ExperienceSystem
 from recipe.forge.experience.store import FILENAME, load_payload
-from recipe.forge.experience.viewer import main as viewer_main
+from recipe.forge.commands.library_viewer import main as viewer_main
 from recipe.forge.safe_text import markdown_text
 
 
@@ -222,7 +222,7 @@ def test_viewer_entry_point_runs_as_a_program(cfg, tmp_path, iterate):
     system = _system(cfg)
     iterate(system, 0, seed=5)
     system.save(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "recipe.forge.experience.viewer", str(tmp_path), "--top", "1"],
+    done = subprocess.run([sys.executable, "-m", "recipe.forge.commands.library_viewer", str(tmp_path), "--top", "1"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "experience library: iteration 0" in done.stdout
 

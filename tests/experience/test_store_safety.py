@@ -15,7 +15,7 @@ import pytest
 from recipe.forge.runs.durable import is_orphan, remove_orphans, temp_name
 from recipe.forge.experience import CheckpointError, ExperienceSystem
 from recipe.forge.experience.store import FILENAME, _canonical, load_payload, save_payload
-from recipe.forge.experience.viewer import main as viewer_main
+from recipe.forge.commands.library_viewer import main as viewer_main
 
 
 def _saved(cfg, iterate, folder: Path) -> ExperienceSystem:

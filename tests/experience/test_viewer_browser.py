@@ -11,7 +11,7 @@ import pytest
 
 from agent_system.testing.browser import not_blank, open_page
 from recipe.forge.experience import ExperienceSystem
-from recipe.forge.experience.viewer import main as viewer_main
+from recipe.forge.commands.library_viewer import main as viewer_main
 
 pytestmark = pytest.mark.timeout(300)
 

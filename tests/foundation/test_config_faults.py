@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from agent_system.config_checks import ConfigError
 from recipe.forge.config_rules import check_config_values
-from recipe.forge.main_forge import verl_config_searchpath
+from recipe.forge.run_config import verl_config_searchpath
 from recipe.forge.run_config import check_run_config, load_run_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,7 +88,7 @@ def test_the_shipped_values_pass_and_a_micro_batch_is_read_as_given(shipped):
 PROBE = textwrap.dedent("""
     import sys
     from hydra import compose, initialize_config_dir
-    from recipe.forge.main_forge import verl_config_searchpath
+    from recipe.forge.run_config import verl_config_searchpath
     with initialize_config_dir(config_dir=sys.argv[1], version_base=None):
         cfg = compose("forge_trainer", overrides=[f"hydra.searchpath=[{verl_config_searchpath()}]"])
     from recipe.forge.run_config import check_run_config

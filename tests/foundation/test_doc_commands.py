@@ -135,8 +135,8 @@ def test_documented_command_works(page, command, run_folder, check_examples, loa
         assert (manifest["engine"], manifest["policy"]) == ("api", None) and manifest["library"]["entries"] > 0
         assert (out / "library.md").stat().st_size > 0 and not (out / "config.json").exists()
     elif words[:2] == ["slea-rl", "eval"]:  # played for real by tests/local_engine/test_eval_command.py
-        from recipe.forge.commands.eval_sources import identify
-        from recipe.forge.commands.evaluate import load_config, parser
+        from recipe.forge.commands.eval.sources import identify
+        from recipe.forge.commands.eval.evaluate import load_config, parser
 
         monkeypatch.chdir(run_folder)
         args, overrides = parser().parse_known_args(words[2:])
@@ -153,7 +153,7 @@ def test_documented_command_works(page, command, run_folder, check_examples, loa
             script_command.overrides += words[2:]
             check_examples.check_command(script_command)
     elif words[0] == "slea-rl-library":
-        from recipe.forge.experience.viewer import main as viewer
+        from recipe.forge.commands.library_viewer import main as viewer
 
         out = run_folder / "viewer_exports"
         out.mkdir(exist_ok=True)

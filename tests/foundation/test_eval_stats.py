@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recipe.forge.commands.eval_stats import bootstrap_mean_interval, paired_difference, success_figures, wilson_interval
+from recipe.forge.commands.eval.stats import bootstrap_mean_interval, paired_difference, success_figures, wilson_interval
 
 
 def test_wilson_interval_hand_worked():

@@ -19,7 +19,8 @@ from agent_system.testing.chat_stub import MALFORMED, TRANSIENT, ChatStub
 from agent_system.testing.threaded_server import ThreadedServer
 from recipe.forge.engines.api.generator import OpenAIGenerator
 from recipe.forge.engines.api.retry import EndpointError
-from recipe.forge.engines.api.runner import ApiSettings, PromptOnlyRunner
+from recipe.forge.engines.api.runner import PromptOnlyRunner
+from recipe.forge.engines.api.settings import ApiSettings
 from recipe.forge.main_forge import validate
 
 pytestmark = pytest.mark.timeout(300)

@@ -5,7 +5,8 @@ import pytest
 from agent_system.multi_turn_rollout.protocols import SampleStream, SamplingParams
 from agent_system.testing.threaded_server import ThreadedServer
 from recipe.forge.engines.api.generator import OpenAIGenerator
-from recipe.forge.engines.api.runner import ApiSettings, PromptOnlyRunner
+from recipe.forge.engines.api.runner import PromptOnlyRunner
+from recipe.forge.engines.api.settings import ApiSettings
 from recipe.forge.main_forge import validate
 
 pytestmark = pytest.mark.timeout(600)
@@ -142,7 +143,7 @@ def test_slea_rl_eval_of_a_prompt_only_checkpoint_is_the_same_at_any_batch_size(
     episode the same samples whichever episodes share its batch."""
     import json
 
-    from recipe.forge.commands.evaluate import main as eval_main
+    from recipe.forge.commands.eval.evaluate import main as eval_main
 
     url, seen = chat_server
     overrides = run_overrides(tmp_path / "run", iterations=1) + [

@@ -18,7 +18,8 @@ from agent_system.multi_turn_rollout.protocols import SamplingParams
 from agent_system.testing.chat_stub import ChatStub
 from agent_system.testing.threaded_server import ThreadedServer
 from recipe.forge.engines.api.generator import OpenAIGenerator
-from recipe.forge.engines.api.runner import ApiSettings, PromptOnlyRunner
+from recipe.forge.engines.api.runner import PromptOnlyRunner
+from recipe.forge.engines.api.settings import ApiSettings
 from recipe.forge.main_forge import validate
 
 pytestmark = pytest.mark.timeout(300)

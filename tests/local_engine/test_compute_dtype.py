@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from recipe.forge.engines.local.settings import LocalSettings
-from recipe.forge.engines.local.trainer import resolve_compute_dtype
+from recipe.forge.hf.compute import resolve_compute_dtype
 from recipe.forge.config_rules import ConfigError
 
 CPU = torch.device("cpu")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from recipe.forge.hf.tiny import save_tiny_model_dir
-from recipe.forge.commands.evaluate import main as eval_main
+from recipe.forge.commands.eval.evaluate import main as eval_main
 from recipe.forge.main_forge import run
 
 pytestmark = pytest.mark.timeout(600)

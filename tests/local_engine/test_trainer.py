@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from recipe.forge.engines.local.advantages import UNSUPPORTED, compute_advantages, supported_estimators
+from recipe.forge.engines.local.advantages import compute_advantages
+from recipe.forge.engines.local.settings import UNSUPPORTED, supported_estimators
 from recipe.forge.engines.local.batch import build_step_batch
 from recipe.forge.engines.local.trainer import Components, LocalTrainer
 from recipe.forge.hf.tiny import actor_config

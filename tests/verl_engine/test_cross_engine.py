@@ -272,7 +272,7 @@ def local_first_iteration(state, snapshot, cfg, script: dict | None = None):
     from agent_system.multi_turn_rollout.prompt_fit import PromptBudget
     from agent_system.multi_turn_rollout.protocols import SamplingParams
     from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
-    from recipe.forge.config_schema import validate_algorithm
+    from recipe.forge.run_config import validate_algorithm
     from recipe.forge.distillation import library_distillation_weight
     from recipe.forge.engines.local.advantages import compute_advantages
     from recipe.forge.engines.local.batch import build_step_batch

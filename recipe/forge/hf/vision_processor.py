@@ -31,7 +31,7 @@ def load_processor(path: str):
     after :func:`allow_processors_without_torchvision`."""
     from transformers import AutoProcessor
 
-    from recipe.forge.hf.model_loading import resolve_model_path
+    from recipe.forge.hf.model_paths import resolve_model_path
 
     allow_processors_without_torchvision()
     return AutoProcessor.from_pretrained(resolve_model_path(path))

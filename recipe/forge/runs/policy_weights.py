@@ -63,7 +63,7 @@ def adapter_base(policy: Path) -> str | None:
 def base_model_folder(candidates: list[tuple[str, str]]) -> tuple[str, str]:
     """The first ``(path, where it came from)`` of ``candidates`` that loads offline, resolved to a folder or
     cached hub id; ExportError naming every candidate tried when none does."""
-    from recipe.forge.hf.model_loading import resolve_model_path
+    from recipe.forge.hf.model_paths import resolve_model_path
     from recipe.forge.hf.model_paths import model_path_problem
 
     tried = []

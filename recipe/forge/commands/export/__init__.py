@@ -8,10 +8,10 @@ as one self-contained folder.
     ├── library/experience_library.json                           the library file itself (loadable by a run)
     └── manifest.json                                             engine, iteration, config, versions, evaluation
 
-Modules: ``checkpoint_source`` (what the checkpoint holds, checked), ``policy_weights`` (the model folder: full
-weights, a LoRA adapter merged into its base, verl's FSDP shards through verl's model merger), ``manifest``,
-``cli`` (the atomic write and the command line). A prompt-only checkpoint (``trainer.engine=api``) has no policy:
-its export holds the library and the manifest, which says so.
+What the checkpoint holds, checked, and its model folder (full weights, a LoRA adapter merged into its base,
+verl's FSDP shards through verl's model merger) come from the run's files (recipe/forge/runs/checkpoint_source.py,
+policy_weights.py); here are ``manifest`` and ``cli`` (the atomic write and the command line). A prompt-only
+checkpoint (``trainer.engine=api``) has no policy: its export holds the library and the manifest, which says so.
 """
 
 from recipe.forge.commands.export.cli import export_checkpoint, main

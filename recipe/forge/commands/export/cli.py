@@ -22,7 +22,8 @@ from recipe.forge.runs.durable import fsync_folder, remove_orphans, temp_name
 from recipe.forge.experience.store import FILENAME, CheckpointError, load_payload
 from recipe.forge.experience.viewer import as_markdown, organise
 from recipe.forge.runs.checkpoint_source import CheckpointSource, ExportError, inspect_checkpoint
-from recipe.forge.commands.export.manifest import FORMAT, build_manifest, model_path_of, recorded_config
+from recipe.forge.commands.export.manifest import FORMAT, build_manifest, model_path_of
+from recipe.forge.runs.records import recorded_config
 from recipe.forge.runs.policy_weights import adapter_base, write_policy
 from recipe.forge.safe_text import terminal_text
 from recipe.forge.runs.write_faults import RunFolderError, writing
@@ -135,7 +136,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from recipe.forge.main_forge import silence_irrelevant_verl_warnings
+    from recipe.forge.commands import silence_irrelevant_verl_warnings
 
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     silence_irrelevant_verl_warnings()  # what importing verl says about back-ends no export uses

@@ -5,7 +5,7 @@
   null for a prompt-only checkpoint, with ``note`` saying so;
 * ``library``: its iteration, version (evolutions) and entries per zone, or null without a library;
 * ``config`` and ``config_source``: the composed config of the newest Hydra record of the run folder
-  (``<run>/hydra/<time>/.hydra/config.yaml``, what ``slea-rl`` writes at each start from the command line), or
+  (``<run>/hydra/<time>/.hydra/config.yaml``, recipe/forge/runs/records.py), or
   null for a run started from Python;
 * ``evaluation``: the figures of ``<run>/eval/global_step_<k>/`` when that checkpoint was evaluated
   (``metrics.jsonl`` of ``trainer.val_only``, ``evaluation.json`` of ``slea-rl eval``), else null;
@@ -37,31 +37,6 @@ def package_versions() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             versions[name] = None
     return versions
-
-
-def hydra_record(run: Path) -> Path | None:
-    """The newest ``hydra/<time>/.hydra/config.yaml`` of the run folder (the folder names sort by time)."""
-    records = sorted(run.glob("hydra/*/.hydra/config.yaml"))
-    return records[-1] if records else None
-
-
-def recorded_config(run: Path) -> tuple[dict[str, Any] | None, Path | None]:
-    """The run's composed config as a plain dict (interpolations resolved where they can be) and its file."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    record = hydra_record(run)
-    if record is None:
-        return None, None
-    try:
-        loaded = OmegaConf.load(record)
-    except (OSError, ValueError, OmegaConfBaseException) as exc:
-        warnings.warn(f"{record} cannot be read ({type(exc).__name__}); the manifest has no config")
-        return None, record
-    try:
-        return OmegaConf.to_container(loaded, resolve=True), record
-    except OmegaConfBaseException:  # an interpolation that needs Hydra's runtime (${now:...}, ${hydra:...})
-        return OmegaConf.to_container(loaded, resolve=False), record
 
 
 def model_path_of(config: dict[str, Any] | None) -> str | None:

@@ -21,7 +21,7 @@ from recipe.forge.engines.api.chat_content import openai_message
 from recipe.forge.engines.api.retry import MalformedReply, Retrier, RetryPolicy
 
 if TYPE_CHECKING:
-    from recipe.forge.engines.api.runner import ApiSettings
+    from recipe.forge.engines.api.settings import ApiSettings
 
 
 class OpenAIGenerator:

@@ -7,32 +7,10 @@ import torch
 
 from recipe.forge.config_schema import ForgeAlgoConfig
 from recipe.forge.engines.local.batch import StepBatch
-from recipe.forge.estimator_registry import register_with_verl
+from recipe.forge.engines.local.settings import check_estimator
 from recipe.forge.step_samples import STEP_ESTIMATORS, samples_advantage
 
-# Estimators that need inputs a multi-turn step batch does not have: a greedy baseline rollout (remax) or
-# several reward dimensions (gdpo). They are rejected at start-up with this explanation.
-UNSUPPORTED = {
-    "remax": "needs reward_baselines from an extra greedy rollout per prompt, which the step-level rollout does not make",
-    "gdpo": "normalises several reward dimensions separately; the environments give one scalar reward",
-}
 NEEDS_SUM_PI_SQUARED = ("optimal_token_baseline", "tir_optimal_token_baseline")
-
-
-def supported_estimators() -> list[str]:
-    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
-
-    register_with_verl()
-    return sorted(set(ADV_ESTIMATOR_REGISTRY) - set(UNSUPPORTED))
-
-
-def check_estimator(name: str) -> None:
-    from agent_system.config_checks import ConfigError
-
-    if name in UNSUPPORTED:
-        raise ConfigError(f"algorithm.adv_estimator={name!r} is not supported by the local engine: {UNSUPPORTED[name]}")
-    if name not in supported_estimators():
-        raise ConfigError(f"algorithm.adv_estimator={name!r}; choose one of {supported_estimators()}")
 
 
 def compute_advantages(

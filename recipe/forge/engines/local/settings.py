@@ -25,6 +25,13 @@ KL_LOSS_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 LR_SCHEDULER_TYPES = ("constant", "cosine")  # verl's FSDP optimizer schedules
 VERL_PLACEHOLDER_MODEL = "~/models/"  # verl's default critic.model.path: use the actor's model
 
+# Estimators that need inputs a multi-turn step batch does not have: a greedy baseline rollout (remax) or
+# several reward dimensions (gdpo). They are rejected at start-up with this explanation.
+UNSUPPORTED = {
+    "remax": "needs reward_baselines from an extra greedy rollout per prompt, which the step-level rollout does not make",
+    "gdpo": "normalises several reward dimensions separately; the environments give one scalar reward",
+}
+
 
 @dataclass(frozen=True)
 class LocalSettings:
@@ -139,14 +146,28 @@ def build_policy_section(reader: ConfigReader, keys: PolicySection, algorithm: A
     from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
     from verl.utils.config import omega_conf_to_dataclass
 
-    from recipe.forge.engines.local.advantages import check_estimator
-
     typed = {"actor": reader.typed(ACTOR, omega_conf_to_dataclass, rollout_n=group_size),
              "critic_optim": reader.typed("critic.optim", omega_conf_to_dataclass),
              "filter_groups": reader.typed("algorithm.filter_groups", omega_conf_to_dataclass)}
     check_choice(f"{ACTOR}.policy_loss.loss_mode", typed["actor"].policy_loss.loss_mode, sorted(POLICY_LOSS_REGISTRY))
     check_estimator(algorithm.adv_estimator)
     return dataclasses.replace(keys, **typed)
+
+
+def supported_estimators() -> list[str]:
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+
+    from recipe.forge.estimator_registry import register_with_verl
+
+    register_with_verl()
+    return sorted(set(ADV_ESTIMATOR_REGISTRY) - set(UNSUPPORTED))
+
+
+def check_estimator(name: str) -> None:
+    if name in UNSUPPORTED:
+        raise ConfigError(f"algorithm.adv_estimator={name!r} is not supported by the local engine: {UNSUPPORTED[name]}")
+    if name not in supported_estimators():
+        raise ConfigError(f"algorithm.adv_estimator={name!r}; choose one of {supported_estimators()}")
 
 
 def check_model_path(key: str, path: str) -> None:

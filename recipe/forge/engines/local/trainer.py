@@ -13,7 +13,6 @@ One iteration (docs/architecture.md, "One iteration"):
 from __future__ import annotations
 
 import contextlib
-import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from recipe.forge.hf.model_loading import Policy, PolicyConfig, build_policy
 from recipe.forge.runs.rollout_dump import decoded_prompt, rollout_dump, shown_entries
 from recipe.forge.engines.local.timing import PhaseTimer, TimedProvider
 from recipe.forge.engines.local.update import DistillationInputs, PolicyUpdater, ValueModel
+from recipe.forge.hf.compute import resolve_compute_dtype, resolve_device, seed_everything
 from recipe.forge.runs.validation import validation_metrics
 from recipe.forge.experience.metrics import reward_metrics
 from recipe.forge.run_config import RunConfig
@@ -48,44 +48,9 @@ class Components:
     critic_backbone: torch.nn.Module | None = None
 
 
-def resolve_device(choice: str) -> torch.device:
-    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
-        return torch.device("cuda")
-    return torch.device("cpu")
-
-
-CPU_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
-
-
-def cpu_flags() -> frozenset[str]:
-    """The CPU feature flags Linux reports (empty where /proc/cpuinfo is not readable)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return frozenset()
-    return frozenset(word for line in text.splitlines() if line.startswith("flags") for word in line.split()[2:])
-
-
-def resolve_compute_dtype(choice: str, device: torch.device, flags: frozenset[str] | None = None) -> str:
-    """``trainer.local.compute_dtype``: fp32 or bf16 as given; ``auto`` = bf16 where the device computes it
-    natively (a CUDA GPU with bf16, a CPU with AVX512-BF16 or AMX), else fp32: without native support a CPU
-    emulates bf16 matrix products several times slower than fp32 ones."""
-    if choice != "auto":
-        return choice
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if CPU_BF16_FLAGS & (cpu_flags() if flags is None else flags) else "fp32"
-
-
 def adamw(parameters, optim) -> torch.optim.AdamW:
     """AdamW with verl's optimizer config (``optim``: verl's OptimizerConfig: lr, betas, weight_decay)."""
     return torch.optim.AdamW(parameters, lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay)
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 class LocalTrainer:
@@ -178,7 +143,7 @@ class LocalTrainer:
             return components.critic_backbone
         from transformers import AutoModel, AutoModelForImageTextToText
 
-        from recipe.forge.hf.model_loading import resolve_model_path
+        from recipe.forge.hf.model_paths import resolve_model_path
         from recipe.forge.hf.model_paths import reads_images
 
         path = self.run.policy.critic_model_path or self.run.policy.model_path

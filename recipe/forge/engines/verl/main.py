@@ -3,7 +3,7 @@
 recipe/forge/main_forge.py dispatches here. :func:`run_verl`
 
 1. takes the typed run config (recipe/forge/run_config.py, checked before Ray or any model starts; what this
-   engine cannot honour is refused there by :func:`check_verl_engine_config`);
+   engine cannot honour is refused there by recipe/forge/engines/verl/settings.py);
 2. builds verl's config from the composed one and writes the task files verl's dataloader reads: one row per task, ``extra_info.seed`` being the environment
    seed of the task (training seeds drawn from ``env.seed``; validation seeds ``env.val_seed_offset + i``, never
    seen in training), ``agent_name=forge_agent``;
@@ -28,7 +28,6 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from agent_system.config_checks import ConfigError
 from agent_system.environments import base as env_base
 from recipe.forge.engines.verl.cpu.settings import apply_cpu_settings, resolve_device, use_cpu_platform_in_this_process
 from recipe.forge.engines.verl.agent_loop import AGENT_NAME
@@ -93,7 +92,7 @@ def prepare_verl_config(run: RunConfig) -> DictConfig:
             print(f"[slea-rl] verl on the CPU: {change}", flush=True)
     task_dir = os.path.join(run.trainer.output_dir or "checkpoints", "forge_tasks")
     train_path, val_path = write_task_files(run, cfg.trainer.get("total_training_steps"), task_dir)
-    from recipe.forge.hf.model_loading import resolve_model_path
+    from recipe.forge.hf.model_paths import resolve_model_path
 
     with open_dict(cfg):
         # the packaged-model alias (smollm2-135m-instruct) becomes its converted local folder, for every process
@@ -110,23 +109,6 @@ def prepare_verl_config(run: RunConfig) -> DictConfig:
         cfg.trainer.device = device
         cfg.trainer.logger = verl_loggers(cfg.trainer.get("logger"))
     return cfg
-
-
-def check_verl_engine_config(run: RunConfig) -> None:
-    """What this engine cannot honour, refused before Ray starts (each error names the key)."""
-    from recipe.forge.engines.verl.batch_layout import check_micro_batches
-    from recipe.forge.engines.verl.distill import check_distillation_config
-    from recipe.forge.engines.verl.rollout_logprobs import check_rollout_log_probs
-
-    cfg = verl_config(run)
-    check_rollout_log_probs(cfg)
-    check_micro_batches(cfg, run.group_size)
-    check_distillation_config(run.algorithm, run.env)
-    if run.algorithm.forge.extractor == "llm" and resolve_device(cfg) == "cpu":
-        raise ConfigError(
-            "algorithm.forge.extractor=llm needs the rollout servers' OpenAI endpoint, which the CPU backend's hf "
-            "server does not have: use algorithm.forge.extractor=rule with trainer.device=cpu"
-        )
 
 
 def run_verl(run: RunConfig) -> None:

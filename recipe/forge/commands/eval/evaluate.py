@@ -1,11 +1,11 @@
-"""``slea-rl eval CHECKPOINT [options] [hydra overrides]`` (also ``python -m recipe.forge.commands.evaluate``): a checkpoint's
+"""``slea-rl eval CHECKPOINT [options] [hydra overrides]`` (also ``python -m recipe.forge.commands.eval``): a checkpoint's
 figures on held-out tasks, the same at any evaluation batch size.
 
 N held-out tasks (seeds ``env.val_seed_offset + 0..N-1``, never trained on) x k samples each are played once per
 pass: with the checkpoint's library (``with_library``), without it (``without_library``) and, with
 ``--library-from``, with another checkpoint's library (``other_library``); a checkpoint without a library (a
 baseline, a plain model) has the second pass only. Reported per pass: avg@k and pass@k with 95% intervals
-(eval_stats.py says which), success per task type, the valid-action ratio, steps per episode; and each pass
+(stats.py says which), success per task type, the valid-action ratio, steps per episode; and each pass
 against ``with_library``, paired over the same tasks.
 
 Independent of the batch size (``--batch-size``, the episodes stepping together): every episode is a function of
@@ -41,7 +41,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from recipe.forge.commands.eval_sources import EvalSource, EvalSourceError, identify, library_folder
+from recipe.forge.commands.eval.sources import EvalSource, EvalSourceError, identify, library_folder
+from recipe.forge.runs.records import recorded_overrides
 
 PASS_DUMPS = {"with_library": "val", "without_library": "val_no_library", "other_library": "val_other_library"}
 
@@ -125,7 +126,7 @@ def model_generator(run, source: EvalSource, model_dir: Path | None, batch_size:
 
     from recipe.forge.hf.generation import HFGenerator
     from recipe.forge.hf.model_loading import PolicyConfig, build_policy
-    from recipe.forge.engines.local.trainer import resolve_compute_dtype, resolve_device
+    from recipe.forge.hf.compute import resolve_compute_dtype, resolve_device
 
     policy_keys = run.policy
     if model_dir is None:
@@ -165,8 +166,8 @@ def evaluate(run, source: EvalSource, *, tasks: int, samples: int, batch_size: i
     from agent_system.multi_turn_rollout.prompt_fit import PromptBudget
     from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
     from recipe.forge.runs.rollout_dump import RolloutDump, chat_prompt, decoded_prompt, shown_entries
-    from recipe.forge.engines.local.trainer import seed_everything
-    from recipe.forge.commands.eval_report import build_report, write_report
+    from recipe.forge.hf.compute import seed_everything
+    from recipe.forge.commands.eval.report import build_report, write_report
     from recipe.forge.experience import ExperienceSystem
     from recipe.forge.experience.episode_views import EpisodeViews
 
@@ -215,21 +216,6 @@ def evaluate(run, source: EvalSource, *, tasks: int, samples: int, batch_size: i
     return report
 
 
-def recorded_overrides(run_dir: Path | None) -> list[str]:
-    """The overrides of the newest Hydra record in ``run_dir`` (``hydra/<time>/.hydra/overrides.yaml``), else []."""
-    if run_dir is None:
-        return []
-    from omegaconf import OmegaConf
-
-    from recipe.forge.commands.export.manifest import hydra_record
-
-    record = hydra_record(run_dir)
-    overrides = None if record is None else record.with_name("overrides.yaml")
-    if overrides is None or not overrides.is_file():
-        return []
-    return [str(item) for item in OmegaConf.load(overrides)]
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="slea-rl eval", description=__doc__.splitlines()[0],
                                 epilog="Further arguments are Hydra overrides of the run config, as for slea-rl.")
@@ -276,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     except (EvalSourceError, ExportError, ConfigError, CheckpointError, ValueError) as exc:
         print(f"slea-rl eval: {exc}", file=sys.stderr)
         return 2
-    from recipe.forge.commands.eval_report import console_table
+    from recipe.forge.commands.eval.report import console_table
 
     print(console_table(report))
     print(f"written to {out_dir}")
@@ -304,11 +290,11 @@ def load_config(overrides: list[str], source: EvalSource):
     """The checked run config of the shipped config with ``overrides``, on the engine that plays ``source``: the
     prompt-only engine's sections for its checkpoints, the embedded engine's for every model (a verl checkpoint's
     actor too, once merged)."""
-    from recipe.forge.main_forge import compose_config, validate
+    from recipe.forge.run_config import compose_config, load_run_config
 
     engine = "api" if source.kind == "api" else "local"
     kept = [item for item in overrides if not item.lstrip("+~").startswith("trainer.engine=")]
-    return validate(compose_config(kept + [f"trainer.engine={engine}"]))
+    return load_run_config(compose_config(kept + [f"trainer.engine={engine}"]))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """An evaluation's results: per-episode records in, the figures of each pass, JSON, Markdown and a console table out.
 
-A pass's figures (:func:`pass_figures`): avg@k and pass@k with their intervals (eval_stats.py), success per task
+A pass's figures (:func:`pass_figures`): avg@k and pass@k with their intervals (stats.py), success per task
 type where the environment has types, the valid-action ratio over all steps, steps per episode, the mean
 episode reward and the failures by category. Passes over the same episodes are compared pairwise with the
 checkpoint's library pass (:func:`comparisons`).
@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from recipe.forge.runs.durable import write_text_atomic
-from recipe.forge.commands.eval_stats import INTERVALS, paired_difference, success_figures
+from recipe.forge.commands.eval.stats import INTERVALS, paired_difference, success_figures
 from recipe.forge.safe_text import markdown_text
 
 EPISODES = "episodes.jsonl"
