@@ -94,8 +94,12 @@ SUBCOMMANDS = {"eval": "recipe.forge.commands.eval.evaluate", "export": "recipe.
 
 
 def main() -> None:
-    """``slea-rl [hydra overrides]`` trains; ``slea-rl eval ...`` and ``slea-rl export ...`` run those commands."""
+    """``slea-rl [hydra overrides]`` trains; ``slea-rl eval ...`` and ``slea-rl export ...`` run those commands. No
+    command unpickles code from a torch file (recipe/forge/runs/torch_files.py)."""
+    from recipe.forge.runs.torch_files import restrict_torch_loads
+
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    restrict_torch_loads()
     silence_irrelevant_verl_warnings()
     if len(sys.argv) > 1 and sys.argv[1] in SUBCOMMANDS:
         import importlib

@@ -42,6 +42,7 @@ from recipe.forge.runs.durable import (
     TEMP_SUFFIX, CheckpointError, fsync_folder, remove_orphans, temp_name, write_text_atomic,
 )
 from recipe.forge.runs.run_folder import is_checkpoint_folder
+from recipe.forge.runs.torch_files import load_tensors
 from recipe.forge.runs.write_faults import writing
 
 LATEST = "latest_checkpointed_iteration.txt"
@@ -319,17 +320,6 @@ def _written_here(path: Path, iteration: int) -> bool:
         return False
 
 
-def _load_tensors(path: Path) -> Any:
-    """A torch file of tensors and plain containers; anything that would need unpickling code is refused."""
-    if not path.is_file():
-        raise CheckpointError(f"{path} is missing")
-    try:
-        return torch.load(path, weights_only=True, map_location="cpu")
-    except Exception as exc:  # torch raises UnpicklingError, RuntimeError, EOFError... for foreign content
-        raise CheckpointError(f"{path} cannot be read as plain tensors ({type(exc).__name__}: "
-                              f"{str(exc).splitlines()[0] if str(exc) else ''}); it is not loaded") from exc
-
-
 def _load_json(path: Path) -> Any:
     if not path.is_file():
         old = path.with_suffix(".pt")
@@ -362,8 +352,8 @@ def load_checkpoint(path: str | Path, *, policy=None, optimizer=None, rng: dict[
     path = Path(path)
     state = read_trainer_state(path)
     restore_rngs = prepare_rng(_load_json(path / RNG), rng)
-    optimizer_state = _load_tensors(path / "optimizer.pt") if optimizer is not None else None
-    critic_state = _load_tensors(path / "critic.pt") if critic is not None else None
+    optimizer_state = load_tensors(path / "optimizer.pt") if optimizer is not None else None
+    critic_state = load_tensors(path / "critic.pt") if critic is not None else None
     if critic_state is not None and (not isinstance(critic_state, dict) or set(critic_state) != {"critic", "optimizer"}):
         raise CheckpointError(f"{path / 'critic.pt'} must hold exactly 'critic' and 'optimizer'")
     if policy is not None and not (path / "policy").is_dir():

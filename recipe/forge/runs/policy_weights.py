@@ -5,8 +5,10 @@
   it) with the adapter of ``policy/`` merged into its weights (peft's ``merge_and_unload``);
 * verl: the actor's FSDP shards merged by verl's own model merger (``verl.model_merger``, FSDP backend); it
   writes the weights in bf16, as ``python -m verl.model_merger merge`` does; a LoRA adapter it finds in the shards
-  (it writes it to ``lora_adapter/``) is merged into those base weights in fp32, as above. verl's merger reads the shards with ``torch.load`` unpickling them,
-  so a verl checkpoint must come from a trusted source.
+  (it writes it to ``lora_adapter/``) is merged into those base weights in fp32, as above. The merger unpickles
+  the shards (``torch.load(weights_only=False)``); here each shard's pickle is checked first and the merger runs
+  with torch's restricted unpickler forced (recipe/forge/runs/torch_files.py), so a shard holding code is refused,
+  naming the file, and nothing in it runs.
 
 Each writer returns the manifest's ``policy`` section.
 """
@@ -115,12 +117,17 @@ def write_verl_policy(actor: Path, target: Path) -> dict[str, Any]:
     from verl.model_merger.base_model_merger import ModelMergerConfig
     from verl.model_merger.fsdp_model_merger import FSDPModelMerger
 
+    from recipe.forge.runs.torch_files import refuse_code, weights_only_loads
+
+    for shard in sorted(actor.glob("model_world_size_*_rank_*.pt")):
+        refuse_code(shard)
     work = target / ".verl_merged"
     config = ModelMergerConfig(operation="merge", backend="fsdp", local_dir=str(actor), target_dir=str(work),
                                hf_model_config_path=str(actor / "huggingface"))
     work.mkdir(parents=True)
     try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # its progress
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+                weights_only_loads():  # its progress; its torch.load(weights_only=False) made restricted
             merger = FSDPModelMerger(config)
             merger.merge_and_save()
             merger.cleanup()

@@ -238,27 +238,29 @@ def main(argv: list[str] | None = None) -> int:
 
     from recipe.forge.runs.durable import CheckpointError
     from recipe.forge.runs.checkpoint_source import ExportError
+    from recipe.forge.runs.torch_files import weights_only_loads
 
     args, overrides = parser().parse_known_args(argv)
     try:
-        source = identify(args.checkpoint)
-        other = library_folder(args.library_from) if args.library_from is not None else None
-        if not overrides:
-            overrides = recorded_overrides(source.run_dir)
-            if overrides:
-                print(f"run config: the overrides of the run's newest Hydra record: {' '.join(overrides)}", file=sys.stderr)
-        out_dir = args.out
-        if out_dir is None:
-            if source.run_dir is None:
-                raise EvalSourceError(f"{source.path}: a plain model folder has no run folder; give --out")
-            out_dir = source.run_dir / "eval" / source.name
-        run = load_config(overrides, source)
-        with played_model(source) as model_dir:
-            report = evaluate(run, source, tasks=run.data.val_batch_size if args.tasks is None else args.tasks,
-                              samples=run.rollout.val_copies if args.samples is None else args.samples,
-                              batch_size=args.batch_size, seed=run.seed if args.seed is None else args.seed,
-                              temperature=args.temperature, other_library=other, out_dir=out_dir,
-                              progress=not args.no_progress, model_dir=model_dir)
+        with weights_only_loads():  # no torch file of the checkpoint or model runs code (torch_files.py)
+            source = identify(args.checkpoint)
+            other = library_folder(args.library_from) if args.library_from is not None else None
+            if not overrides:
+                overrides = recorded_overrides(source.run_dir)
+                if overrides:
+                    print(f"run config: the overrides of the run's newest Hydra record: {' '.join(overrides)}", file=sys.stderr)
+            out_dir = args.out
+            if out_dir is None:
+                if source.run_dir is None:
+                    raise EvalSourceError(f"{source.path}: a plain model folder has no run folder; give --out")
+                out_dir = source.run_dir / "eval" / source.name
+            run = load_config(overrides, source)
+            with played_model(source) as model_dir:
+                report = evaluate(run, source, tasks=run.data.val_batch_size if args.tasks is None else args.tasks,
+                                  samples=run.rollout.val_copies if args.samples is None else args.samples,
+                                  batch_size=args.batch_size, seed=run.seed if args.seed is None else args.seed,
+                                  temperature=args.temperature, other_library=other, out_dir=out_dir,
+                                  progress=not args.no_progress, model_dir=model_dir)
     except (EvalSourceError, ExportError, ConfigError, CheckpointError, ValueError) as exc:
         print(f"slea-rl eval: {exc}", file=sys.stderr)
         return 2

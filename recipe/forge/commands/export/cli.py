@@ -26,6 +26,7 @@ from recipe.forge.commands.export.manifest import FORMAT, build_manifest, model_
 from recipe.forge.runs.records import recorded_config
 from recipe.forge.runs.policy_weights import adapter_base, write_policy
 from recipe.forge.safe_text import terminal_text
+from recipe.forge.runs.torch_files import weights_only_loads
 from recipe.forge.runs.write_faults import RunFolderError, writing
 
 MANIFEST = "manifest.json"
@@ -141,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     silence_irrelevant_verl_warnings()  # what importing verl says about back-ends no export uses
     try:
-        manifest = export_checkpoint(args.checkpoint, args.out, force=args.force, base_model=args.base_model)
+        with weights_only_loads():  # no torch file of the checkpoint or model runs code (torch_files.py)
+            manifest = export_checkpoint(args.checkpoint, args.out, force=args.force, base_model=args.base_model)
     except (ExportError, CheckpointError, RunFolderError) as exc:
         print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return 2

@@ -14,7 +14,9 @@ recipe/forge/main_forge.py dispatches here. :func:`run_verl`
 5. hands the loggers other than ``jsonl`` to verl's Tracking; ``<trainer.default_local_dir>/metrics.jsonl`` is
    written by the forge trainer itself, in the embedded engine's format and by its resume rules
    (recipe/forge/engines/verl/metrics_file.py);
-6. holds the run folder (recipe/forge/runs/run_folder.py), starts the watchdog that ends the Ray processes of this driver if it is killed
+6. has every Ray process read torch files with torch's restricted unpickler (recipe/forge/runs/torch_files.py: a
+   resumed checkpoint's shards, optimizer and RNG state never run code);
+7. holds the run folder (recipe/forge/runs/run_folder.py), starts the watchdog that ends the Ray processes of this driver if it is killed
    (recipe/forge/engines/verl/reaper.py) and runs verl's own ``run_ppo`` with its V1 TaskRunner; a Ray process
    that died ends it with the trainer's WorkerDiedError (recipe/forge/engines/verl/worker_faults.py).
 """
@@ -29,13 +31,15 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from agent_system.environments import base as env_base
-from recipe.forge.engines.verl.cpu.settings import apply_cpu_settings, resolve_device, use_cpu_platform_in_this_process
+from recipe.forge.engines.verl.cpu.settings import (add_worker_env, apply_cpu_settings, resolve_device,
+                                                    use_cpu_platform_in_this_process)
 from recipe.forge.engines.verl.agent_loop import AGENT_NAME
 from recipe.forge.engines.verl.reaper import start_reaper
 from recipe.forge.engines.verl.trainer import TRAINER_MODE
 from recipe.forge.engines.verl.worker_faults import unwrap
 from recipe.forge.run_config import RunConfig
 from recipe.forge.runs.run_length import training_tasks
+from recipe.forge.runs.torch_files import WORKER_ENV
 
 OWN_LOGGERS = ("jsonl",)  # written by the forge trainer, not by a verl Tracking backend
 
@@ -108,6 +112,7 @@ def prepare_verl_config(run: RunConfig) -> DictConfig:
         cfg.trainer.engine = "verl"
         cfg.trainer.device = device
         cfg.trainer.logger = verl_loggers(cfg.trainer.get("logger"))
+        add_worker_env(cfg, WORKER_ENV)  # a resume's shards are read without unpickling code (torch_files.py)
     return cfg
 
 

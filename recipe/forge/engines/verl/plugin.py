@@ -13,6 +13,9 @@ It also lets transformers build a vision-language model's processor without torc
 loads the processor in its workers (``hf_processor``), which otherwise returns None there with only a warning, and
 the agent loop then refuses image observations.
 
+It allows the restricted unpickler the numpy pieces of verl's saved RNG states (recipe/forge/runs/torch_files.py): the
+run's Ray processes read every torch file with it (``TORCH_FORCE_WEIGHTS_ONLY_LOAD`` in their runtime_env).
+
 verl swallows errors raised here (and logs them only at DEBUG level), so the tests check in a fresh
 subprocess that every registration really happened. The agent loop and trainer modules import verl
 submodules; by the time verl runs its plugins its own package initialisation is complete.
@@ -29,6 +32,10 @@ allow_processors_without_torchvision()
 from recipe.forge.estimator_registry import register_with_verl  # noqa: E402
 
 register_with_verl()
+
+from recipe.forge.runs.torch_files import allow_checkpoint_globals  # noqa: E402
+
+allow_checkpoint_globals()
 
 import recipe.forge.engines.verl.agent_loop  # noqa: E402,F401  registers forge_agent
 import recipe.forge.engines.verl.trainer  # noqa: E402,F401  registers trainer mode "forge"

@@ -82,9 +82,18 @@ def apply_cpu_settings(cfg: DictConfig) -> list[str]:
             gpus = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes)
             ray_init.num_gpus = gpus
             ray_init.num_cpus = max(int(ray_init.get("num_cpus") or 0), 10 * gpus + 8)
-        env_vars = ray_init.runtime_env.get("env_vars") or {}
-        ray_init.runtime_env.env_vars = {**OmegaConf.to_container(OmegaConf.create(env_vars)), "VERL_PLATFORM": "cpu"}
+        add_worker_env(cfg, {"VERL_PLATFORM": "cpu"})
     return changes
+
+
+def add_worker_env(cfg: DictConfig, env_vars: dict[str, str]) -> None:
+    """Set ``env_vars`` in the environment of every Ray process of the run (``ray_kwargs.ray_init.runtime_env``,
+    what verl's ``run_ppo`` passes to ``ray.init``), keeping those already there."""
+    ray_init = cfg.ray_kwargs.ray_init
+    if ray_init.get("runtime_env") is None:
+        ray_init.runtime_env = {}
+    given = ray_init.runtime_env.get("env_vars") or {}
+    ray_init.runtime_env.env_vars = {**OmegaConf.to_container(OmegaConf.create(given)), **env_vars}
 
 
 def use_cpu_platform_in_this_process() -> None:
