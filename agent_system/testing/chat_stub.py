@@ -5,7 +5,8 @@ the prompt-only engine against passing and persistent endpoint faults. A raw ASG
 Faults: ``500``, ``502_html`` (a proxy's HTML error page), ``503``, ``429`` (with ``Retry-After``), ``401``,
 ``timeout`` (answers after ``slow_s``), ``cut`` (the connection closes in the middle of the body), and the
 malformed 200 replies ``truncated`` (JSON cut off), ``html`` (an HTML page), ``empty`` (no choices) and
-``no_message``. ``ok`` answers ``<action>+`` with ``stop_reason`` naming the stop string, as vLLM does."""
+``no_message``; ``garbage`` is a well-formed reply whose text holds no action. ``ok`` answers ``<action>+`` with
+``stop_reason`` naming the stop string, as vLLM does."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def completion(content: str | None = "<action>+", choices: list | None = None) -
 class ChatStub:
     """``ChatStub(plan)``: ``plan()`` names the fault of each request (``"ok"`` for none). ``sent`` counts what
     was answered, ``times`` holds each request's arrival (``time.monotonic``), ``bodies`` each request's JSON
-    body (in arrival order)."""
+    body and ``headers`` its headers (lower-case names; in arrival order)."""
 
     def __init__(self, plan: Callable[[], str], retry_after: str = "0.01", slow_s: float = 1.0):
         self.plan = plan
@@ -41,6 +42,7 @@ class ChatStub:
         self.sent: Counter[str] = Counter()
         self.times: list[float] = []
         self.bodies: list[dict] = []
+        self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
 
     @classmethod
@@ -67,6 +69,7 @@ class ChatStub:
             self.sent[fault] += 1
             self.times.append(time.monotonic())
             self.bodies.append(json.loads(body))
+            self.headers.append({k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]})
         await self._answer(fault, send)
 
     async def _answer(self, fault: str, send) -> None:
@@ -87,6 +90,8 @@ class ChatStub:
             headers = [(b"retry-after", self.retry_after.encode())]
         elif fault == "502_html":
             status, body, kind = 502, b"<html><body><h1>502 Bad Gateway</h1></body></html>", b"text/html"
+        elif fault == "garbage":
+            body = json.dumps(completion("~~ 0xDEADBEEF lorem ipsum ~~")).encode()
         elif fault == "html":
             body, kind = b"<html><body>Please log in</body></html>", b"text/html"
         elif fault == "truncated":

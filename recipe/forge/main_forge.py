@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from recipe.forge.commands import silence_irrelevant_verl_warnings
@@ -31,11 +33,13 @@ def validate(cfg: DictConfig):
     return load_run_config(cfg)
 
 
-def run(cfg: DictConfig):
+def run(cfg: DictConfig, record: Path | None = None):
     """Validate, take the run folder (one run at a time, nothing in it a run did not write is replaced:
-    recipe/forge/runs/run_folder.py), then train with the configured engine. Returns the local/api engines' metric
+    recipe/forge/runs/run_folder.py), mark Hydra's ``record`` of the command as that of a started run
+    (recipe/forge/runs/records.py), then train with the configured engine. Returns the local/api engines' metric
     history. A write the file system refuses (full disk, read-only folder), wherever it happens, ends the run
     with a RunFolderError naming the folder and the fault."""
+    from recipe.forge.runs.records import mark_started
     from recipe.forge.runs.run_folder import own_run_folder
     from recipe.forge.runs.write_faults import writing
 
@@ -43,6 +47,8 @@ def run(cfg: DictConfig):
     folder = run_config.trainer.output_dir
     with own_run_folder(folder):  # before any model loads; each engine's trainer takes it again (a no-op here)
         with writing("the run's files", folder, redescribe=False):
+            if record is not None:
+                mark_started(record)
             return train(run_config)
 
 
@@ -68,10 +74,13 @@ def _hydra_main(cfg: DictConfig) -> None:
     from recipe.forge.runs.durable import CheckpointError
     from recipe.forge.engines.api.retry import EndpointError
     from recipe.forge.engines.verl.worker_faults import EXIT_CODE, WorkerDiedError
+    from recipe.forge.runs.records import discard
     from recipe.forge.runs.write_faults import RunFolderError
 
+    hydra_run = HydraConfig.get()
+    record = Path(hydra_run.runtime.output_dir)  # Hydra's record of this command, written before any check
     try:
-        run(cfg)
+        run(cfg, record)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -88,6 +97,8 @@ def _hydra_main(cfg: DictConfig) -> None:
         print(f"worker died: {exc}; resume from the last complete checkpoint with trainer.resume_mode=auto",
               file=sys.stderr)
         sys.exit(EXIT_CODE)
+    finally:
+        discard(record, hydra_run.job.name)  # a refused command's record: never taken for the run's config
 
 
 SUBCOMMANDS = {"eval": "recipe.forge.commands.eval.evaluate", "export": "recipe.forge.commands.export"}

@@ -21,6 +21,7 @@ from recipe.forge.hf.model_loading import PolicyConfig, build_policy
 from recipe.forge.hf.tiny import answering_llama, save_tiny_model_dir
 from recipe.forge.engines.local.trainer import Components, LocalTrainer
 from recipe.forge.commands.export import main as export
+from recipe.forge.runs.records import mark_started
 from recipe.forge.main_forge import validate
 
 pytestmark = pytest.mark.timeout(900)
@@ -33,6 +34,7 @@ def train_to_checkpoint(run: Path, policy, compose_cfg, run_overrides, extra=())
     record = run / "hydra" / "2026-01-01_00-00-00" / ".hydra" / "config.yaml"  # what slea-rl's Hydra writes
     record.parent.mkdir(parents=True)
     OmegaConf.save(cfg, record)
+    mark_started(record.parent.parent)  # and marks once the run passed its start-up checks
     return run / "global_step_1"
 
 

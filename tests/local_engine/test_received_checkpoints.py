@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from recipe.forge.engines.local.tiny import save_tiny_model_dir
-from recipe.forge.evaluate import main as eval_main
-from recipe.forge.export import main as export
+from recipe.forge.hf.tiny import save_tiny_model_dir
+from recipe.forge.commands.eval.evaluate import main as eval_main
+from recipe.forge.commands.export import main as export
 from recipe.forge.testing.received import plant_code, write_verl_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,3 +91,130 @@ def test_the_verl_engines_processes_read_a_resumed_checkpoint_without_running_co
                           env={**os.environ, **env_vars}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "refused UnpicklingError" and not marker.exists()
+
+
+# records never supply endpoints, credentials, interpolations or code -------------------------------------------------
+
+SECRET = "s3cr3t-value-of-the-victim"
+
+
+@pytest.fixture
+def stubs():
+    """Two chat endpoints: the user's (``mine``) and the one a received record names (``theirs``)."""
+    from agent_system.testing.chat_stub import ChatStub
+    from agent_system.testing.threaded_server import ThreadedServer
+
+    mine, theirs = ChatStub(lambda: "ok"), ChatStub(lambda: "ok")
+    with ThreadedServer(mine) as a, ThreadedServer(theirs) as b:
+        yield {"mine": (mine, f"{a.base_url}/v1"), "theirs": (theirs, f"{b.base_url}/v1")}
+
+
+def api_overrides(out: Path, url: str, run_overrides) -> list[str]:
+    return run_overrides(out) + ["trainer.engine=api", f"trainer.api.base_url={url}", "trainer.api.model=stub",
+                                 "trainer.save_freq=1", "trainer.api.timeout_s=60"]
+
+
+def write_record(run: Path, overrides: list[str], config: str | None = None, started: bool = True,
+                 name: str = "2026-01-01_00-00-00_000000") -> Path:
+    """A Hydra record in ``run`` as slea-rl leaves one (``started``: of a run that passed its checks)."""
+    from omegaconf import OmegaConf
+
+    from recipe.forge.runs.records import mark_started
+
+    record = run / "hydra" / name
+    (record / ".hydra").mkdir(parents=True)
+    OmegaConf.save(OmegaConf.create(overrides), record / ".hydra" / "overrides.yaml")
+    (record / ".hydra" / "config.yaml").write_text(config if config is not None else "trainer:\n  engine: api\n")
+    if started:
+        mark_started(record)
+    return record
+
+
+def test_eval_of_a_received_run_never_takes_its_endpoint_credential_or_interpolations(
+        tmp_path, stubs, run_overrides, compose_cfg, monkeypatch, capsys):
+    """Before the fix eval applied the record's trainer.api.base_url and api_key_env: their stub received
+    ``Authorization: Bearer <the named variable>``."""
+    from recipe.forge.main_forge import run
+
+    mine, my_url = stubs["mine"]
+    theirs, their_url = stubs["theirs"]
+    out = tmp_path / "run"
+    run(compose_cfg(api_overrides(out, my_url, run_overrides)))
+    mine.headers.clear()
+    monkeypatch.setenv("VICTIM_SECRET", SECRET)
+    write_record(out, ["trainer.engine=api", f"trainer.api.base_url={their_url}", "trainer.api.api_key_env=VICTIM_SECRET",
+                       "trainer.api.model=${oc.env:VICTIM_SECRET}", "env.max_steps=2",
+                       "actor_rollout_ref.model._target_=builtins.print", "hydra.searchpath=[file:///tmp]"])
+    capsys.readouterr()
+    argv = [str(out / "global_step_1"), "--tasks", "1", "--samples", "1", "--no-progress"]
+    assert eval_main(argv) == 2  # the endpoint must be named: a record never supplies it
+    err = capsys.readouterr().err
+    assert one_line(err) and "trainer.api.base_url" in err and theirs.sent.total() == 0
+    assert eval_main(argv + [f"trainer.api.base_url={my_url}"]) == 0
+    err = capsys.readouterr().err
+    assert theirs.sent.total() == 0 and mine.sent.total() > 0
+    assert not any(SECRET in json.dumps(h) for h in mine.headers) and not any(SECRET in json.dumps(b) for b in mine.bodies)
+    assert "from the run's Hydra record" in err and "env.max_steps=2" in err
+    left_out = next(line for line in err.splitlines() if "left out of that record" in line)
+    for key in ("trainer.api.api_key_env", "trainer.api.model", "actor_rollout_ref.model._target_",
+                "hydra.searchpath"):
+        assert key in left_out
+    assert SECRET not in err
+    episodes = [json.loads(line) for line in (out / "eval" / "global_step_1" / "episodes.jsonl").read_text().splitlines()]
+    assert max(e["length"] for e in episodes) <= 2  # the record's env.max_steps=2 was taken
+
+
+def test_export_writes_a_records_interpolations_as_written_and_refuses_an_alias_bomb(
+        tmp_path, stubs, run_overrides, compose_cfg, monkeypatch, capsys):
+    """Before the fix the manifest held the resolved ${oc.env:...} secret, and a record of nested aliases hung
+    the export."""
+    from recipe.forge.main_forge import run
+
+    _, my_url = stubs["mine"]
+    out = tmp_path / "run"
+    run(compose_cfg(api_overrides(out, my_url, run_overrides)))
+    monkeypatch.setenv("VICTIM_SECRET", SECRET)
+    write_record(out, [], config="trainer:\n  api:\n    model: ${oc.env:VICTIM_SECRET}\n    base_url: "
+                                 "https://user:pw@example.org/v1\n  wandb_api_key: abc\n")
+    assert export([str(out / "global_step_1"), "--out", str(tmp_path / "export")]) == 0
+    manifest = (tmp_path / "export" / "manifest.json").read_text()
+    assert SECRET not in manifest and "${oc.env:VICTIM_SECRET}" in manifest
+    assert "user:pw" not in manifest and '"wandb_api_key": "<redacted>"' in manifest
+    assert "from " in capsys.readouterr().out  # says what it took from the record
+
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(8))
+    write_record(out, [], config=bomb, name="2026-01-02_00-00-00_000000")
+    with pytest.warns(UserWarning, match="anchors or aliases"):
+        assert export([str(out / "global_step_1"), "--out", str(tmp_path / "export2")]) == 0
+    assert json.loads((tmp_path / "export2" / "manifest.json").read_text())["config"] is None
+
+
+def test_a_refused_commands_record_is_never_taken_for_the_runs_config(tmp_path, stubs, run_overrides):
+    """A command refused on a held folder or for a bad key leaves no record; a run that starts marks its own;
+    the readers skip an unmarked record. Before the fix a refused Sokoban command's record was the newest, and
+    eval and export read it."""
+    from recipe.forge.runs.records import newest_record
+    from recipe.forge.testing.run_folders import HOLDER
+
+    _, my_url = stubs["mine"]
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "recipe.forge.main_forge", *api_overrides(out, my_url, run_overrides)]
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        refused = subprocess.run(command + ["env.env_name=sokoban"], cwd=REPO, capture_output=True, text=True,
+                                 timeout=300)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert refused.returncode == 2 and "in use by another run" in refused.stderr
+    bad_key = subprocess.run(command + ["env.rollout.n=0"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert bad_key.returncode == 2 and "env.rollout.n" in bad_key.stderr
+    assert not (out / "hydra").exists()
+    started = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert started.returncode == 0, started.stderr[-2000:]
+    record = newest_record(out)
+    assert record is not None and "env.env_name=sokoban" not in (record / "overrides.yaml").read_text()
+    write_record(out, ["env.env_name=sokoban"], started=False, name="2099-01-01_00-00-00_000000")
+    assert newest_record(out) == record

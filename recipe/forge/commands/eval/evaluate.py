@@ -22,11 +22,15 @@ The passes use the same streams, so their differences are paired (common random 
 over a padded batch can differ from those of a single row in the last bits; at a near tie that can change a
 greedy token, which the test of this rule would show.
 
-The run config comes from the Hydra overrides given after the options, as for ``slea-rl`` (the model path and
-LoRA keys the checkpoint was trained with; the environment); with none, the newest Hydra record of the run folder
-(``hydra/*/.hydra/overrides.yaml``) is used when there is one. Written to ``--out`` (default
-``<run folder>/eval/global_step_<k>/``): ``evaluation.json``, ``evaluation.md``, ``episodes.jsonl`` (one line per
-episode and pass) and ``trajectories/`` (rollout dumps that ``slea-rl-trajectories`` shows).
+The run config is the shipped config with, in order, the overrides of the run folder's newest Hydra record of a
+started run (``hydra/*/.hydra/overrides.yaml``) that an evaluation may take from a received folder (the model path
+and LoRA keys, the environment, rollout, data and algorithm keys; never an endpoint, a credential, an
+interpolation or code: recipe/forge/runs/records.py), then the Hydra overrides given after the options, as for
+``slea-rl``; what the record supplied and which of its keys were left out is printed. A prompt-only checkpoint is
+played by the endpoint the command line names (``trainer.api.base_url``, required), never a record's. Written to
+``--out`` (default ``<run folder>/eval/global_step_<k>/``; checked before anything is played: outside the checkpoint,
+empty or an earlier evaluation, writable): ``evaluation.json``, ``evaluation.md``, ``episodes.jsonl`` (one line
+per episode and pass) and ``trajectories/`` (rollout dumps that ``slea-rl-trajectories`` shows).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -42,7 +47,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from recipe.forge.commands.eval.sources import EvalSource, EvalSourceError, identify, library_folder
-from recipe.forge.runs.records import recorded_overrides
 
 PASS_DUMPS = {"with_library": "val", "without_library": "val_no_library", "other_library": "val_other_library"}
 
@@ -121,21 +125,32 @@ class Player:
 
 
 def model_generator(run, source: EvalSource, model_dir: Path | None, batch_size: int):
-    """The local HF generator of the checkpoint's policy (``model_dir``: a plain model folder instead)."""
+    """The local HF generator of the checkpoint's policy (``model_dir``: a plain model folder instead); damaged
+    weights are an EvalSourceError naming the folder."""
     import torch
+
+    from agent_system.config_checks import ConfigError
 
     from recipe.forge.hf.generation import HFGenerator
     from recipe.forge.hf.model_loading import PolicyConfig, build_policy
     from recipe.forge.hf.compute import resolve_compute_dtype, resolve_device
 
     policy_keys = run.policy
-    if model_dir is None:
-        policy = build_policy(PolicyConfig(path=policy_keys.model_path, lora_rank=policy_keys.lora_rank,
-                                           lora_alpha=policy_keys.lora_alpha, target_modules=policy_keys.target_modules,
-                                           use_reference=False))
-        policy.load_weights(source.path / "policy")
-    else:
-        policy = build_policy(PolicyConfig(path=str(model_dir), lora_rank=0, use_reference=False))
+    weights = source.path / "policy" if model_dir is None else Path(model_dir)
+    try:
+        if model_dir is None:
+            policy = build_policy(PolicyConfig(path=policy_keys.model_path, lora_rank=policy_keys.lora_rank,
+                                               lora_alpha=policy_keys.lora_alpha,
+                                               target_modules=policy_keys.target_modules, use_reference=False))
+            policy.load_weights(weights)
+        else:
+            policy = build_policy(PolicyConfig(path=str(model_dir), lora_rank=0, use_reference=False))
+    except ConfigError:
+        raise
+    except Exception as exc:  # transformers, safetensors, peft and torch raise many kinds for damaged weights
+        text = str(exc).strip()
+        raise EvalSourceError(f"{weights} cannot be loaded as the policy ({type(exc).__name__}: "
+                              f"{text.splitlines()[0][:300] if text else ''})") from None
     device = resolve_device(run.local.device)
     bf16 = resolve_compute_dtype(run.local.compute_dtype, device) == "bf16"
     policy.model.to(device).eval()
@@ -216,6 +231,85 @@ def evaluate(run, source: EvalSource, *, tasks: int, samples: int, batch_size: i
     return report
 
 
+def with_recorded(source: EvalSource, given: list[str]) -> list[str]:
+    """The overrides the run config is composed with: what the run's newest Hydra record of a started run may supply
+    (recipe/forge/runs/records.py: never an endpoint, credential, interpolation or code), then ``given`` (the
+    command line's, which win). Says on stderr what was taken and which keys were left out."""
+    from recipe.forge.runs.records import safe_overrides
+    from recipe.forge.safe_text import terminal_text
+
+    recorded = safe_overrides(source.run_dir, given)
+    if recorded.record is not None:
+        taken = " ".join(recorded.taken) or "nothing"
+        print(terminal_text(f"run config: from the run's Hydra record {recorded.record}: {taken}"), file=sys.stderr)
+        if recorded.left_out:
+            print(terminal_text(f"run config: left out of that record (endpoints, credentials, code, interpolations "
+                                f"and keys an evaluation does not read): {', '.join(recorded.left_out)}"),
+                  file=sys.stderr)
+    elif source.run_dir is not None:
+        print(terminal_text(f"run config: {source.run_dir} holds no Hydra record of a started run; the shipped config"
+                            " and the command line's overrides"), file=sys.stderr)
+    return recorded.taken + list(given)
+
+
+def output_folder(out: Path | None, source: EvalSource, other_library: Path | None) -> Path:
+    """The folder the evaluation is written to (default ``<run>/eval/global_step_<k>/``), checked before anything is
+    played: outside the evaluated checkpoint or model and the other library's checkpoint (neither inside one
+    nor holding one), empty or an earlier evaluation, and writable (a probe file is written and removed)."""
+    from recipe.forge.commands.eval.report import REPORT_JSON
+
+    if out is None:
+        if source.run_dir is None:
+            raise EvalSourceError(f"{source.path}: a plain model folder has no run folder; give --out")
+        out = source.run_dir / "eval" / source.name
+    out = out.expanduser().resolve()
+    for name, guarded in (("the evaluated checkpoint", source.path), ("--library-from", other_library)):
+        if guarded is None:
+            continue
+        guarded = guarded.resolve()
+        if out == guarded or out.is_relative_to(guarded) or guarded.is_relative_to(out):
+            raise EvalSourceError(f"--out {out} would write into {name} {guarded} (or a folder holding it): choose a "
+                                  "folder outside it")
+    if out.exists() and not out.is_dir():
+        raise EvalSourceError(f"--out {out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not (out / REPORT_JSON).is_file():
+        raise EvalSourceError(f"--out {out} is not empty and holds no earlier evaluation ({REPORT_JSON}): choose "
+                              "an empty or new folder")
+    probe = out / f".slea_rl_probe_{os.getpid()}"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise EvalSourceError(f"--out {out} cannot be written ({exc.strerror or type(exc).__name__}); nothing was "
+                              "played") from None
+    return out
+
+
+def run_eval(args: argparse.Namespace, given: list[str]) -> tuple[dict[str, Any], Path]:
+    """``slea-rl eval`` once its arguments are parsed: every input checked, then the passes played."""
+    source = identify(args.checkpoint)
+    other = library_folder(args.library_from) if args.library_from is not None else None
+    if source.kind == "api" and not any(item.lstrip("+").startswith("trainer.api.base_url=") for item in given):
+        raise EvalSourceError(f"{source.path} is a prompt-only checkpoint: name the endpoint that plays it with "
+                              "trainer.api.base_url=URL (a run's record never supplies one)")
+    overrides = with_recorded(source, given)
+    out_dir = output_folder(args.out, source, args.library_from if other is not None else None)
+    run = load_config(overrides, source)
+    if source.kind == "api":
+        from recipe.forge.safe_text import terminal_text
+
+        print(terminal_text(f"endpoint: {run.api.base_url} (model {run.api.model}, key from ${run.api.api_key_env})"),
+              file=sys.stderr)
+    with played_model(source) as model_dir:
+        report = evaluate(run, source, tasks=run.data.val_batch_size if args.tasks is None else args.tasks,
+                          samples=run.rollout.val_copies if args.samples is None else args.samples,
+                          batch_size=args.batch_size, seed=run.seed if args.seed is None else args.seed,
+                          temperature=args.temperature, other_library=other, out_dir=out_dir,
+                          progress=not args.no_progress, model_dir=model_dir)
+    return report, out_dir
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="slea-rl eval", description=__doc__.splitlines()[0],
                                 epilog="Further arguments are Hydra overrides of the run config, as for slea-rl.")
@@ -238,36 +332,20 @@ def main(argv: list[str] | None = None) -> int:
 
     from recipe.forge.runs.durable import CheckpointError
     from recipe.forge.runs.checkpoint_source import ExportError
+    from recipe.forge.safe_text import terminal_text
     from recipe.forge.runs.torch_files import weights_only_loads
 
     args, overrides = parser().parse_known_args(argv)
     try:
         with weights_only_loads():  # no torch file of the checkpoint or model runs code (torch_files.py)
-            source = identify(args.checkpoint)
-            other = library_folder(args.library_from) if args.library_from is not None else None
-            if not overrides:
-                overrides = recorded_overrides(source.run_dir)
-                if overrides:
-                    print(f"run config: the overrides of the run's newest Hydra record: {' '.join(overrides)}", file=sys.stderr)
-            out_dir = args.out
-            if out_dir is None:
-                if source.run_dir is None:
-                    raise EvalSourceError(f"{source.path}: a plain model folder has no run folder; give --out")
-                out_dir = source.run_dir / "eval" / source.name
-            run = load_config(overrides, source)
-            with played_model(source) as model_dir:
-                report = evaluate(run, source, tasks=run.data.val_batch_size if args.tasks is None else args.tasks,
-                                  samples=run.rollout.val_copies if args.samples is None else args.samples,
-                                  batch_size=args.batch_size, seed=run.seed if args.seed is None else args.seed,
-                                  temperature=args.temperature, other_library=other, out_dir=out_dir,
-                                  progress=not args.no_progress, model_dir=model_dir)
+            report, out_dir = run_eval(args, overrides)
     except (EvalSourceError, ExportError, ConfigError, CheckpointError, ValueError) as exc:
-        print(f"slea-rl eval: {exc}", file=sys.stderr)
+        print(f"slea-rl eval: {terminal_text(exc)}", file=sys.stderr)
         return 2
     from recipe.forge.commands.eval.report import console_table
 
     print(console_table(report))
-    print(f"written to {out_dir}")
+    print(f"written to {terminal_text(out_dir)}")
     return 0
 
 

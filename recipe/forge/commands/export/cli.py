@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from recipe.forge.experience.store import FILENAME, CheckpointError, load_payloa
 from recipe.forge.experience.viewer import as_markdown, organise
 from recipe.forge.runs.checkpoint_source import CheckpointSource, ExportError, inspect_checkpoint
 from recipe.forge.commands.export.manifest import FORMAT, build_manifest, model_path_of
-from recipe.forge.runs.records import recorded_config
+from recipe.forge.runs.records import RecordError, recorded_config
 from recipe.forge.runs.policy_weights import adapter_base, write_policy
 from recipe.forge.safe_text import terminal_text
 from recipe.forge.runs.torch_files import weights_only_loads
@@ -92,7 +93,11 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, force: bool = 
     ExportError / CheckpointError for bad input, RunFolderError when the folder cannot be written."""
     source = inspect_checkpoint(checkpoint)
     payload = load_payload(source.library) if source.library is not None else None
-    config, config_source = recorded_config(source.run)
+    try:
+        config, config_source = recorded_config(source.run)
+    except RecordError as exc:  # the export does not need it: said, and left out of the manifest
+        warnings.warn(f"{exc}; the manifest has no config")
+        config, config_source = None, None
     out = Path(out).expanduser().resolve()
     check_target(out, source, force)
     candidates = base_model_candidates(source, base_model, config)
@@ -120,8 +125,14 @@ def summary(manifest: dict[str, Any], out: Path) -> str:
              else f"model ({policy['kind']}, {policy['dtype']}) and tokenizer")
     library = manifest["library"]
     held = "no library" if library is None else f"library ({library['entries']} entries)"
+    taken = []  # what came from the run's Hydra record, said aloud
+    if policy is not None and policy.get("base_model_from", "").endswith("Hydra record"):
+        taken.append(f"the LoRA base model {policy['base_model']}")
+    if manifest["config"] is not None:
+        taken.append("the run config in the manifest (as written: nothing resolved, credentials redacted)")
+    record = f"; from {manifest['config_source']}: {' and '.join(taken)}" if taken else ""
     return terminal_text(f"exported {manifest['checkpoint']} ({manifest['engine']} engine, iteration "
-                         f"{manifest['iteration']}) to {out}: {model}, {held}, {MANIFEST}")
+                         f"{manifest['iteration']}) to {out}: {model}, {held}, {MANIFEST}{record}")
 
 
 def parser() -> argparse.ArgumentParser:

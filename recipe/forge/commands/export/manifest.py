@@ -4,9 +4,10 @@
 * ``policy``: how the model folder was made (full weights, a LoRA adapter merged, verl's merger; the dtype), or
   null for a prompt-only checkpoint, with ``note`` saying so;
 * ``library``: its iteration, version (evolutions) and entries per zone, or null without a library;
-* ``config`` and ``config_source``: the composed config of the newest Hydra record of the run folder
-  (``<run>/hydra/<time>/.hydra/config.yaml``, recipe/forge/runs/records.py), or
-  null for a run started from Python;
+* ``config`` and ``config_source``: the composed config of the newest Hydra record of a started run in the run
+  folder (``<run>/hydra/<time>/.hydra/config.yaml``, recipe/forge/runs/records.py), as written: interpolations
+  such as ``${oc.env:NAME}`` are never resolved, credential values and URL user info are redacted; null for a
+  run started from Python or a record that cannot be read within bounds (with a warning);
 * ``evaluation``: the figures of ``<run>/eval/global_step_<k>/`` when that checkpoint was evaluated
   (``metrics.jsonl`` of ``trainer.val_only``, ``evaluation.json`` of ``slea-rl eval``), else null;
 * ``packages``: the versions of slea-rl, torch, transformers, peft and verl.
@@ -40,12 +41,13 @@ def package_versions() -> dict[str, str | None]:
 
 
 def model_path_of(config: dict[str, Any] | None) -> str | None:
-    """``actor_rollout_ref.model.path`` of a recorded config, or None."""
+    """``actor_rollout_ref.model.path`` of a recorded config, or None (also for an interpolation: a record never
+    supplies an environment value)."""
     try:
         path = config["actor_rollout_ref"]["model"]["path"]
     except (TypeError, KeyError):
         return None
-    return path if isinstance(path, str) and path else None
+    return path if isinstance(path, str) and path and "${" not in path else None
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
