@@ -246,7 +246,7 @@ def with_recorded(source: EvalSource, given: list[str]) -> list[str]:
             print(terminal_text(f"run config: left out of that record (endpoints, credentials, code, interpolations "
                                 f"and keys an evaluation does not read): {', '.join(recorded.left_out)}"),
                   file=sys.stderr)
-    elif source.run_dir is not None:
+    elif source.run_dir is not None and not given:
         print(terminal_text(f"run config: {source.run_dir} holds no Hydra record of a started run; the shipped config"
                             " and the command line's overrides"), file=sys.stderr)
     return recorded.taken + list(given)
@@ -288,6 +288,10 @@ def output_folder(out: Path | None, source: EvalSource, other_library: Path | No
 
 def run_eval(args: argparse.Namespace, given: list[str]) -> tuple[dict[str, Any], Path]:
     """``slea-rl eval`` once its arguments are parsed: every input checked, then the passes played."""
+    if args.no_progress:  # transformers' own bars too (loading weights)
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     source = identify(args.checkpoint)
     other = library_folder(args.library_from) if args.library_from is not None else None
     if source.kind == "api" and not any(item.lstrip("+").startswith("trainer.api.base_url=") for item in given):
