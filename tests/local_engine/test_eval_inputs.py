@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from safetensors.torch import save_file
 
-from recipe.forge.engines.local.tiny import save_tiny_model_dir
-from recipe.forge.evaluate import main as eval_main
+from recipe.forge.hf.tiny import save_tiny_model_dir
+from recipe.forge.commands.eval.evaluate import main as eval_main
 from recipe.forge.main_forge import run
 
 pytestmark = pytest.mark.timeout(600)
