@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import argparse
 import html
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from agent_system.json_input import loads as read_json
 from recipe.forge.experience.store import CheckpointError, load_payload
 from recipe.forge.experience.viewer import as_html as library_html
 from recipe.forge.experience.viewer import entry_anchor, organise
@@ -65,10 +65,7 @@ def _experience(entry: Any) -> dict[str, Any]:
 
 def parse_line(text: str, pass_name: str, iteration: int) -> dict[str, Any]:
     """One dump line as a row; ValueError naming what is wrong with a torn or foreign line."""
-    try:
-        line = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not JSON ({exc.msg})") from None
+    line = read_json(text, "the line")  # a ValueError naming the fault (torn, nested too deeply, huge integers)
     if not isinstance(line, dict):
         raise ValueError("not a JSON object")
     for key, kind in FIELD_TYPES.items():

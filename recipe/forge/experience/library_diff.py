@@ -103,7 +103,9 @@ def diff_payloads(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         "a": {"iteration": a["iteration"], "version": a["version"], "entries": len(old)},
         "b": {"iteration": b["iteration"], "version": b["version"], "entries": len(new)},
         "counts": counts,
-        "added_then_dropped": sum(1 for eid in range(start, end) if eid not in new),
+        # ids given out between the two files, less those still held: counted, never enumerated (next_id is the
+        # file's word, and a crafted one can be any size)
+        "added_then_dropped": max(0, end - start) - sum(1 for eid in new if start <= eid < end),
         "zones": zones,
     }
 

@@ -24,6 +24,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from agent_system.json_input import loads as read_json
 from recipe.forge.runs.durable import CheckpointError, write_atomic
 from recipe.forge.experience.library import LEVELS
 from recipe.forge.experience.metrics import RetrievalStats
@@ -89,13 +90,11 @@ def load_payload(directory_or_file: str | os.PathLike) -> dict[str, Any]:
         path = checkpoint_path(path)
     if not path.is_file():
         raise CheckpointError(f"no experience checkpoint at {path}")
-    raw = path.read_bytes()
     try:
-        document = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path} is not valid JSON ({exc}); the file is truncated or damaged") from exc
-    except RecursionError as exc:
-        raise CheckpointError(f"{path} is nested too deeply to be an experience-library checkpoint") from exc
+        document = read_json(path.read_bytes(), str(path))
+    except ValueError as exc:  # JSONInputError: not JSON, an integer of thousands of digits, nested too deeply
+        raise CheckpointError(f"{exc}; the file is truncated, damaged or not an experience-library checkpoint") \
+            from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not an experience-library checkpoint (format={document.get('format')!r}"
                               if isinstance(document, dict) else f"{path} is not an experience-library checkpoint")

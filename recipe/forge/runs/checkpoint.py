@@ -38,6 +38,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from agent_system.json_input import loads as read_json
 from recipe.forge.runs.durable import (
     TEMP_SUFFIX, CheckpointError, fsync_folder, remove_orphans, temp_name, write_text_atomic,
 )
@@ -326,8 +327,8 @@ def _load_json(path: Path) -> Any:
         hint = f" (it has {old.name}, written by an older version; pickled files are not loaded)" if old.exists() else ""
         raise CheckpointError(f"{path} is missing{hint}")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return read_json(path.read_bytes(), str(path))
+    except ValueError as exc:
         raise CheckpointError(f"{path} is not valid JSON ({type(exc).__name__})") from exc
 
 

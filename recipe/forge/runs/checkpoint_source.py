@@ -14,11 +14,11 @@ Anything else, or a part missing, is an :class:`ExportError` naming the path and
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent_system.json_input import loads as read_json
 from recipe.forge.runs.durable import CheckpointError
 from recipe.forge.runs.checkpoint import read_trainer_state
 from recipe.forge.experience.store import FILENAME
@@ -110,8 +110,8 @@ def _world_size(config: Path) -> int:
     if not config.is_file():
         raise ExportError(f"{config} is missing: not a verl FSDP checkpoint (Megatron checkpoints are not exported)")
     try:
-        size = json.loads(config.read_text(encoding="utf-8")).get("world_size")
-    except (UnicodeDecodeError, ValueError, AttributeError) as exc:
+        size = read_json(config.read_bytes(), str(config)).get("world_size")
+    except (ValueError, AttributeError) as exc:
         raise ExportError(f"{config} is not a JSON object ({type(exc).__name__})") from exc
     if type(size) is not int or size < 1:
         raise ExportError(f"{config} has world_size={size!r}, not a positive integer")

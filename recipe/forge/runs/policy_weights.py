@@ -22,6 +22,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from agent_system.json_input import loads as read_json
 from recipe.forge.runs.checkpoint_source import CheckpointSource, ExportError
 
 
@@ -55,8 +56,8 @@ def write_full_policy(policy: Path, target: Path) -> dict[str, Any]:
 def adapter_base(policy: Path) -> str | None:
     """The base model the adapter in ``policy`` records (peft's ``base_model_name_or_path``), or None."""
     try:
-        recorded = json.loads((policy / "adapter_config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        recorded = read_json((policy / "adapter_config.json").read_bytes(), "adapter_config.json")
+    except (OSError, ValueError) as exc:
         raise ExportError(f"{policy / 'adapter_config.json'} is not valid JSON ({type(exc).__name__})") from exc
     base = recorded.get("base_model_name_or_path") if isinstance(recorded, dict) else None
     return base if isinstance(base, str) and base else None

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from agent_system.config_checks import ConfigError
+from agent_system.json_input import loads as read_json
 from recipe.forge.runs.write_faults import RunFolderError, writing
 
 LOCK_NAME = ".run.lock"
@@ -112,7 +113,7 @@ def _read_holder(fd: int) -> dict[str, Any] | None:
     would drop this process's POSIX locks on it); None when empty or unreadable."""
     raw = os.pread(fd, 4096, 0)
     try:
-        holder = json.loads(raw.decode("utf-8")) if raw.strip() else None
+        holder = read_json(raw, "the lock file") if raw.strip() else None
     except ValueError:
         return None
     return holder if isinstance(holder, dict) else None
@@ -173,7 +174,7 @@ def is_checkpoint_folder(path: Path) -> bool:
 
 def _is_metrics_record(line: str) -> bool:
     try:
-        record = json.loads(line)
+        record = read_json(line, "a metrics line")
     except ValueError:
         return False
     return isinstance(record, dict) and ("iteration" in record or {"step", "data"} <= set(record))

@@ -23,6 +23,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from agent_system.json_input import loads as read_json
 from recipe.forge.runs.durable import write_text_atomic
 from recipe.forge.runs.metric_names import with_current_names
 from recipe.forge.runs.run_folder import check_metrics_file
@@ -42,8 +43,8 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except ValueError:
+            record = read_json(line, f"{path}:{number}")
+        except ValueError:  # torn, foreign, nested too deeply, an integer of thousands of digits
             record = None
         if not isinstance(record, dict):
             warnings.warn(f"{path}:{number} is not a complete JSON record ({line[:60]!r}); dropped")

@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from agent_system.json_input import loads as read_json
 from recipe.forge.runs.durable import fsync_folder, remove_orphans, temp_name
 from recipe.forge.experience.store import FILENAME, CheckpointError, load_payload
 from recipe.forge.experience.viewer import as_markdown, organise
@@ -35,8 +36,8 @@ MANIFEST = "manifest.json"
 
 def _is_export(folder: Path) -> bool:
     try:
-        return json.loads((folder / MANIFEST).read_text(encoding="utf-8")).get("format") == FORMAT
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return read_json((folder / MANIFEST).read_bytes(), MANIFEST).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
         return False
 
 

@@ -15,13 +15,13 @@
 
 from __future__ import annotations
 
-import json
 import warnings
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from agent_system.json_input import loads as read_json
 from recipe.forge.runs.checkpoint_source import CheckpointSource
 
 FORMAT = "slea-rl-export"
@@ -54,7 +54,7 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     lines = []
     for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         try:
-            record = json.loads(line)
+            record = read_json(line, f"{path}:{number}")
         except ValueError:
             warnings.warn(f"{path}:{number} is not a JSON line; left out of the manifest")
             continue
@@ -71,8 +71,8 @@ def evaluation_figures(source: CheckpointSource) -> dict[str, Any] | None:
         figures["val_only"] = _jsonl(folder / "metrics.jsonl")
     if (folder / "evaluation.json").is_file():
         try:
-            figures["evaluation"] = json.loads((folder / "evaluation.json").read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, ValueError):
+            figures["evaluation"] = read_json((folder / "evaluation.json").read_bytes(), "evaluation.json")
+        except ValueError:
             warnings.warn(f"{folder / 'evaluation.json'} is not valid JSON; left out of the manifest")
     return {"source": str(folder), **figures} if figures else None
 
