@@ -31,8 +31,9 @@ How to add an environment (e.g. ``env_package/myenv/``)
    ``EnvConfig`` in config.py, mirrored in forge_trainer.yaml and docs/configuration.md.
 docs/adding_an_environment.md does all of this for a toy environment, and a test follows it.
 
-Episodes that end because a worker crashed, hung past ``step_timeout_s`` or the environment raised are
-recorded as failed, with ``info["failure_reason"]``; the rest of the batch carries on.
+Episodes that end because a worker crashed, hung past ``step_timeout_s``, the environment raised or returned a
+malformed image observation (agent_system/environments/images.py) are recorded as failed, with
+``info["failure_reason"]``; the rest of the batch carries on.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import numpy as np
 
 from agent_system.environments.config import EnvConfig
 from agent_system.environments.episode import EnvSpec
+from agent_system.environments.images import checked_image
 from agent_system.environments.projection import ParsedAction, parse_tagged_response, valid_unicode
 from agent_system.environments.prompts.common import PromptContext
 from agent_system.memory import BaseMemory, make_memory
@@ -191,6 +193,7 @@ class EnvironmentManagerBase:
         self.uids = [f"{self.split}{self.resets}-{t}-seed{s}" for t, s in zip(task_index, env_seeds)]
         self.traj_uids = [f"{u}-copy{c}" for u, c in zip(self.uids, copy)]
         for i, res in enumerate(results):
+            res.info = checked_image(res.info)
             self.last_obs[i] = res.obs
             self.last_info[i] = res.info
             reason = res.info.get("failure_reason")
@@ -228,7 +231,7 @@ class EnvironmentManagerBase:
             self.step_count[i] += 1
             rewards[i] = res.reward
             self.episode_reward[i] += res.reward
-            info = dict(res.info)
+            info = checked_image(res.info)
             info["is_action_valid"] = bool(valid[j])
             info["action"] = actions[j]
             self.won[i] = bool(info.get("won", False))
@@ -241,7 +244,7 @@ class EnvironmentManagerBase:
             if res.obs or reason is None:
                 self.last_obs[i] = res.obs
             self.last_info[i] = info
-            if res.done or self.step_count[i] >= self.max_steps:
+            if res.done or reason is not None or self.step_count[i] >= self.max_steps:
                 self.active[i] = False
         return self.active_observations(), rewards, ~self.active, list(self.last_info)
 

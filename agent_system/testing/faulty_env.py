@@ -4,7 +4,8 @@ worker pools' failure handling.
 Observation "seed=S count=C"; every step adds 1 to the count and rewards 1. The episode is won after
 ``win_after`` steps. Action "crash" kills the process (os._exit), "hang" sleeps far past any timeout,
 "raise" raises RuntimeError, "sleep S" sleeps S seconds and then steps, "unpicklable" steps and puts a lock
-(which cannot be pickled) into ``info``; anything else is an ordinary step.
+(which cannot be pickled) into ``info``, "image:KIND" steps with the image observation ``IMAGES[KIND]()`` in
+``info`` (a good one and the malformed kinds); anything else is an ordinary step.
 A negative seed makes ``reset`` raise.
 """
 
@@ -15,12 +16,28 @@ import threading
 import time
 from typing import Any
 
+import numpy as np
+
 from agent_system.environments.base import EnvironmentManagerBase
 
 from agent_system.environments.episode import AgentEnv, EnvSpec
 from agent_system.environments.config import EnvConfig
 from agent_system.environments.projection import ParsedAction
 from agent_system.environments.prompts.common import PromptContext, answer_format, history_block, join_sections
+
+
+IMAGES = {  # what an environment could put in info["image"]: one good frame and the malformed kinds
+    "good": lambda: np.full((8, 8, 3), 7, dtype=np.uint8),
+    "float": lambda: np.zeros((8, 8, 3)),
+    "flat": lambda: np.zeros(192, dtype=np.uint8),
+    "rgba": lambda: np.zeros((8, 8, 4), dtype=np.uint8),
+    "empty": lambda: np.zeros((0, 8, 3), dtype=np.uint8),
+    "wide": lambda: np.zeros((1, 20_000, 3), dtype=np.uint8),
+    "huge": lambda: np.zeros((3_000, 3_000, 3), dtype=np.uint8),
+    "object": lambda: np.array([[["x"] * 3] * 2] * 2, dtype=object),
+    "text": lambda: "a picture of a box",
+    "nested": lambda: [[[0, 0, 0]]],
+}
 
 
 class SlowToLoad:
@@ -72,6 +89,8 @@ class FaultyEnv(AgentEnv):
         info = self._info()
         if action == "unpicklable":
             info["lock"] = threading.Lock()
+        if action.startswith("image:"):
+            info["image"] = IMAGES[action.split(":", 1)[1]]()
         return self._obs(), 1.0, info["won"], False, info
 
     def expert_action(self) -> str:

@@ -69,7 +69,7 @@ def test_an_image_that_is_no_rgb_picture_is_refused_before_anything_is_sent(imag
     stub = ChatStub.sequence([])
     with ThreadedServer(stub, log_level="critical") as server:
         generator = OpenAIGenerator(ApiSettings(base_url=f"{server.base_url}/v1", model="stub"))
-        with pytest.raises(ValueError, match="an image observation must be an HxWx3 uint8 array"):
+        with pytest.raises(ValueError, match="an image observation is .*not an HxWx3 uint8 array"):
             generator.generate([experience_messages("", "Your move?", image=image)], SAMPLING)
     assert stub.bodies == [] and generator.malformed == 0
 

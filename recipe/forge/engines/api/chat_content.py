@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from agent_system.environments.images import image_problem, size_problem
 from agent_system.multi_turn_rollout.protocols import Message
 
 
@@ -21,13 +22,15 @@ def png_data_url(image: Any) -> str:
     """``image``, an HxWx3 uint8 array (as the environments render it) or a PIL image, as a base64 PNG data URL."""
     from PIL import Image
 
-    if isinstance(image, np.ndarray):
-        if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
-            raise ValueError(f"an image observation must be an HxWx3 uint8 array; got a {image.dtype} array of shape "
-                             f"{image.shape}")
-        image = Image.fromarray(image)
-    if not isinstance(image, Image.Image):
-        raise ValueError(f"an image observation must be an HxWx3 uint8 array or a PIL image; got {type(image).__name__}")
+    if isinstance(image, Image.Image):
+        problem = size_problem(image.height, image.width)
+        if problem is not None:
+            raise ValueError(f"an image observation {problem}")
+        image = np.asarray(image.convert("RGB"))
+    problem = image_problem(image)  # the bound of every engine's images: a request stays under about 17 MB
+    if problem is not None:
+        raise ValueError(f"an image observation {problem}")
+    image = Image.fromarray(image)
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
