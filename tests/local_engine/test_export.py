@@ -93,6 +93,15 @@ def test_a_full_weight_checkpoint_exports_to_a_plain_model_with_the_policys_gree
     assert "not empty; --force" in capsys.readouterr().err
     assert export([str(full_checkpoint), "--out", str(out), "--force"]) == 0
     assert AutoModelForCausalLM.from_pretrained(out) is not None
+    # ... and only while it holds what the export wrote: a file added or changed there is the user's
+    capsys.readouterr()
+    for change, says in ((lambda: (out / "my_notes.txt").write_text("mine"), "my_notes.txt was added"),
+                         (lambda: (out / "library.md").write_text("edited"), "library.md was changed")):
+        change()
+        assert export([str(full_checkpoint), "--out", str(out), "--force"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and says in err, err
+    assert (out / "my_notes.txt").read_text() == "mine" and (out / "library.md").read_text() == "edited"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".export")]  # no staging folder left
 
 
@@ -186,6 +195,7 @@ def test_bad_arguments_are_one_error_line(full_checkpoint, tmp_path, capsys):
         ([str(full_checkpoint), "--out", str(tmp_path / "busy"), "--force"], "is not an earlier export"),
         ([str(full_checkpoint), "--out", str(full_checkpoint / "export")], "would replace or write into"),
         ([str(full_checkpoint), "--out", str(full_checkpoint.parent), "--force"], "would replace or write into"),
+        ([str(full_checkpoint), "--out", str(full_checkpoint.parent / "exports" / "x")], "inside the run folder"),
     ]
     for argv, says in cases:
         assert export(argv) == 2, argv

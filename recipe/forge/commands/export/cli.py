@@ -3,7 +3,9 @@
 The folder is assembled under a temporary name next to ``FOLDER`` and renamed once complete, so ``FOLDER`` is at
 every moment absent, the previous export or the new one. An existing non-empty ``FOLDER`` is refused, and with
 ``--force`` only an earlier export (a folder holding this command's ``manifest.json``) is replaced; the
-checkpoint's own folders (the checkpoint, the run folder, anything inside them) are never a target.
+checkpoint's own folders (the checkpoint, the run folder, anything inside them) are never a target. The manifest
+lists every file the export wrote with its size; ``--force`` replaces an earlier export only while it holds exactly
+those, so a file a user added or changed there is never deleted.
 Bad input (not a checkpoint, a damaged or incomplete one, a missing base model, an unusable target) is one
 ``error:`` line and exit status 2.
 """
@@ -34,11 +36,33 @@ from recipe.forge.runs.write_faults import RunFolderError, writing
 MANIFEST = "manifest.json"
 
 
-def _is_export(folder: Path) -> bool:
+def written_files(folder: Path) -> dict[str, int]:
+    """Every file under ``folder`` but the manifest: relative path -> size in bytes (what an export lists)."""
+    return {path.relative_to(folder).as_posix(): path.stat().st_size for path in sorted(folder.rglob("*"))
+            if path.is_file() and path.relative_to(folder).as_posix() != MANIFEST}
+
+
+def not_written_by_export(folder: Path) -> str | None:
+    """Why ``folder`` is not exactly an earlier export (its manifest missing or foreign, a file the manifest does
+    not list or of another size, a link or folder of the user's), or None."""
     try:
-        return read_json((folder / MANIFEST).read_bytes(), MANIFEST).get("format") == FORMAT
-    except (OSError, ValueError, AttributeError):
-        return False
+        manifest = read_json((folder / MANIFEST).read_bytes(), MANIFEST)
+    except (OSError, ValueError):
+        return f"no {MANIFEST} of slea-rl export"
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        return f"its {MANIFEST} is not one of slea-rl export"
+    listed = manifest.get("files")
+    if not isinstance(listed, dict):
+        return f"its {MANIFEST} lists no files (an export of an older version: remove it yourself)"
+    for path in sorted(folder.rglob("*")):
+        name = path.relative_to(folder).as_posix()
+        if path.is_symlink() or not (path.is_dir() or path.is_file()):
+            return f"{name} is not a file the export wrote"
+        if path.is_file() and name != MANIFEST and listed.get(name) != path.stat().st_size:
+            return f"{name} was {'changed' if name in listed else 'added'} after the export"
+        if path.is_dir() and not any(key.startswith(f"{name}/") for key in listed):
+            return f"{name}/ is not a folder the export wrote"
+    return None
 
 
 def check_target(out: Path, source: CheckpointSource, force: bool) -> None:
@@ -46,14 +70,18 @@ def check_target(out: Path, source: CheckpointSource, force: bool) -> None:
     if source.path.is_relative_to(out) or out.is_relative_to(source.path):
         raise ExportError(f"--out {out} would replace or write into the checkpoint {source.path} (or a folder "
                           "holding it): choose a folder outside it")
+    if out.is_relative_to(source.run):
+        raise ExportError(f"--out {out} is inside the run folder {source.run}, which its run owns (checkpoints "
+                          "are pruned and replaced there): choose a folder outside it")
     if out.exists() and not out.is_dir():
         raise ExportError(f"--out {out} exists and is not a folder")
     if out.is_dir() and any(out.iterdir()):
         if not force:
             raise ExportError(f"--out {out} exists and is not empty; --force replaces an earlier export")
-        if not _is_export(out):
-            raise ExportError(f"--out {out} is not an earlier export (no {MANIFEST} of slea-rl export); "
-                              "--force replaces only those: choose another folder")
+        why = not_written_by_export(out)
+        if why is not None:
+            raise ExportError(f"--out {out} is not an earlier export as it was written ({why}); --force replaces "
+                              "only those, so nothing of yours is deleted: choose another folder")
 
 
 def base_model_candidates(source: CheckpointSource, given: str | None, config: dict | None) -> list[tuple[str, str]]:
@@ -112,6 +140,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, force: bool = 
             if payload is not None:
                 _write_library(payload, source.library, staging)
             manifest = build_manifest(source, policy, payload, config, config_source)
+            manifest["files"] = written_files(staging)
             (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False), encoding="utf-8")
             _replace(staging, out)
         except BaseException:

@@ -10,7 +10,8 @@
   run started from Python or a record that cannot be read within bounds (with a warning);
 * ``evaluation``: the figures of ``<run>/eval/global_step_<k>/`` when that checkpoint was evaluated
   (``metrics.jsonl`` of ``trainer.val_only``, ``evaluation.json`` of ``slea-rl eval``), else null;
-* ``packages``: the versions of slea-rl, torch, transformers, peft and verl.
+* ``packages``: the versions of slea-rl, torch, transformers, peft and verl;
+* ``files``: every other file of the export with its size (what ``--force`` may replace; cli.py).
 """
 
 from __future__ import annotations
