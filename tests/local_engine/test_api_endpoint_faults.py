@@ -157,3 +157,32 @@ def test_bad_retry_keys_are_refused_naming_the_key(tmp_path, compose_cfg, run_ov
     cfg = compose_cfg(run_overrides(tmp_path, iterations=1) + ["trainer.engine=api", f"trainer.api.{key}={value}"])
     with pytest.raises(ConfigError, match=rf"trainer\.api\.{key}="):
         validate(cfg)
+
+
+def test_an_endpoint_that_only_answers_garbage_ends_the_run_with_one_line(tmp_path, run_overrides, monkeypatch,
+                                                                           capsys):
+    """Before the fix the run ended with exit 0, every reply malformed, and no line saying so."""
+    from recipe.forge import main_forge
+
+    with serve(ChatStub(lambda: "garbage")) as server:
+        monkeypatch.setattr(sys, "argv", [
+            "slea-rl", *run_overrides(tmp_path / "run", iterations=2), "trainer.engine=api",
+            f"trainer.api.base_url={server.base_url}/v1", "trainer.api.model=stub", "hydra/job_logging=disabled",
+            "hydra/hydra_logging=disabled"])
+        with pytest.raises(SystemExit) as exit_info:
+            main_forge.main()
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err, err[-3000:]
+    [line] = [line for line in err.splitlines() if line.startswith("endpoint error:")]
+    assert "held a valid action" in line and "iteration 1" in line and "trainer.api.model" in line, line
+    assert not (tmp_path / "run" / "metrics.jsonl").exists() or not (tmp_path / "run" / "metrics.jsonl").read_text()
+
+
+def test_a_later_iteration_of_garbage_is_a_warning_line(tmp_path, compose_cfg, run_overrides, capsys):
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    stub = ChatStub(lambda: "garbage" if metrics.exists() and metrics.read_text().strip() else "ok")
+    with serve(stub) as server:
+        history = api_run(compose_cfg, run_overrides, tmp_path / "run", server.base_url, 2).fit()
+    assert [h["iteration"] for h in history] == [1, 2] and history[-1]["valid_action_ratio"] == 0.0
+    warnings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning: none of the")]
+    assert len(warnings) == 1 and "in iteration 2" in warnings[0]

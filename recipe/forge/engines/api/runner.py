@@ -7,7 +7,10 @@ loop is the embedded trainer's (recipe/forge/runs/fit_loop.py).
 
 Endpoint faults (generator.py, retry.py): passing ones are retried; when the endpoint stays unusable the run
 saves the state after its last finished iteration (unless that checkpoint exists) and ends with EndpointError,
-one line naming the endpoint and the last error; ``trainer.resume_mode=auto`` continues from there.
+one line naming the endpoint and the last error; ``trainer.resume_mode=auto`` continues from there. An endpoint
+that answers, but never with a valid action (the wrong model, a format it does not follow, garbage), ends the run
+the same way at the end of the first iteration in which no reply held one; a later such iteration is a warning
+line.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from recipe.forge.engines.api.retry import EndpointError
 from recipe.forge.engines.api.settings import ApiSettings
 
 if TYPE_CHECKING:
@@ -59,6 +63,7 @@ class PromptOnlyRunner:
         self.iteration = 0  # iterations done: what a validation pass now runs after, and its dump's file name
         self.dump = rollout_dump(run.trainer.rollout_data_dir, chat_prompt)  # the endpoint is sent messages
         self.restore_point: RestorePoint | None = None
+        self.valid_replies = 0  # replies of this process's training iterations that held a valid action
 
     def counters(self) -> dict[str, float]:
         """``api/requests``, ``api/retries`` and ``api/malformed_replies`` so far, this run."""
@@ -72,8 +77,10 @@ class PromptOnlyRunner:
 
         self.restore_point = RestorePoint(iteration, self.experience.state(), copy.deepcopy(self.train_envs.task_rng))
         self.experience.begin_iteration(iteration)
+        unparsed = self.generator.malformed
         batch = self.collector.collect(self.train_envs, self.generator, self.run.rollout.sampling(),
                                        experience_provider=self.experience.provider)
+        self.check_replies(batch, iteration + 1, self.generator.malformed - unparsed)
         metrics = dict(batch.metrics)
         shown = shown_entries(batch.trajectories, self.experience.library) if self.dump is not None else {}
         metrics.update(self.experience.evolve(batch.trajectories, iteration))
@@ -81,6 +88,25 @@ class PromptOnlyRunner:
             self.dump.write(batch.trajectories, iteration + 1, shown)
         metrics.update(self.counters())
         return metrics
+
+    def check_replies(self, batch, iteration: int, unparsed: int) -> None:
+        """Say so when no reply of an iteration held a valid action; end the run (EndpointError, its state before
+        the iteration saved) when no reply of the run ever did: the endpoint answers, but nothing it answers can
+        be played, and a prompt-only run never learns its way out of that."""
+        from tqdm.auto import tqdm
+
+        steps = [step for trajectory in batch.trajectories for step in trajectory.steps]
+        valid = sum(bool(step.is_action_valid) for step in steps)
+        self.valid_replies += valid
+        if valid or not steps:
+            return
+        api = self.run.api
+        what = (f"none of the {len(steps)} replies of {api.model} at {api.base_url} in iteration {iteration} held a "
+                f"valid action ({unparsed} were not even a chat completion)")
+        if self.valid_replies == 0:
+            raise EndpointError(f"{what}, nor any earlier reply of this run: check trainer.api.model and that the model answers "
+                                "in the environment's <action>...</action> format")
+        tqdm.write(f"warning: {what}")
 
     def validate(self) -> dict[str, float]:
         """``val/*`` with the library, ``val_no_library/*`` without it, and the ``api/*`` counters after them."""
@@ -120,7 +146,6 @@ class PromptOnlyRunner:
     def fit(self) -> list[dict[str, float]]:
         """Run to ``trainer.total_training_steps`` iterations (fit_loop.fit); returns the logged metrics. An
         endpoint that stays unusable ends the run with EndpointError after save_restore_point."""
-        from recipe.forge.engines.api.retry import EndpointError
         from recipe.forge.runs.fit_loop import fit
 
         try:
