@@ -40,7 +40,8 @@ def failure_category(reason: str) -> str:
 def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
     """Success rate (overall and per task type), episode reward and length, valid-action ratio, failures, and
     ``task_score/mean`` (the final step's ``info["task_score"]``, e.g. WebShop's purchase score in [0, 1]) where
-    the environment reports one; a trajectory without steps scores 0."""
+    the environment reports one; a trajectory without steps scores 0. The one function of every engine's episode
+    metrics, training and validation: the verl engine computes them from the trajectories its rows encode."""
     trajs = batch.trajectories
     metrics: dict[str, float] = {"num_trajectories": float(len(trajs)), "num_steps": float(len(batch.steps)),
                                  **prompt_metrics(batch.steps)}
@@ -53,6 +54,7 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
         {
             "success_rate": float(success.mean()),
             "episode_reward/mean": float(rewards.mean()),
+            "episode_reward/std": float(rewards.std()),
             "episode_reward/max": float(rewards.max()),
             "episode_reward/min": float(rewards.min()),
             "episode_length/mean": float(lengths.mean()),

@@ -1,6 +1,6 @@
 """The forge trainer's advantage step on a synthetic batch (no Ray): token-level scores, discounted step
 returns with the invalid-action penalty, padding rows, and agreement with recipe/forge/core_forge.py; the
-shared step-sample core (recipe/forge/step_samples.py) read from verl rows."""
+shared step-sample core (recipe/forge/step_samples.py) read from verl rows; the iteration's episode metrics."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import torch
 
 from recipe.forge.config_schema import ForgeAlgoConfig
 from recipe.forge.core_forge import compute_forge_advantage, compute_gigpo_advantage
-from recipe.forge.engines.verl import step_batch
 from recipe.forge.engines.verl.row_codec import samples_from_rows
 from recipe.forge.engines.verl.trainer import compute_batch_advantages
 from recipe.forge.step_samples import step_returns
@@ -98,10 +97,40 @@ def test_rows_without_step_fields_are_named(batch):
         compute_batch_advantages("forge", uid, mask, no_cluster, real, algo)
 
 
-def test_episode_metrics_count_each_episode_once(batch):
-    rows, *_ = batch
-    m = step_batch.episode_metrics(samples_from_rows(rows[:6]))
+def _episode_rows(traj: str, task_type: str | None, rewards: list[float], success: bool,
+                  task_score: float | None = None, failure: str | None = None) -> list[dict]:
+    """The rows the agent loop writes for one episode of task ``traj.split('-')[0]`` (row codec)."""
+    from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
+    from recipe.forge.engines.verl.row_codec import StepExtras, row_from_record
+
+    uid = traj.split("-")[0]
+    info = {} if task_score is None else {"task_score": task_score}
+    steps = [StepRecord(uid=uid, traj_uid=traj, step=k, anchor_obs="obs", messages=[], plain_messages=[],
+                        response_text="", action="", prompt_ids=[], response_ids=[], logprobs=[], reward=r,
+                        is_action_valid=k > 0, done=k == len(rewards) - 1, cluster_id=k, info=info)
+             for k, r in enumerate(rewards)]
+    episode = TrajectoryRecord(uid=uid, traj_uid=traj, task="", task_type=task_type, steps=steps,
+                               episode_reward=sum(rewards), success=success, length=len(rewards),
+                               failure_reason=failure)
+    return [row_from_record(step, episode, StepExtras(agent_worker="w:1")) for step in steps]
+
+
+def test_iteration_metrics_are_the_embedded_engines_episode_metrics():
+    """The verl engine's training episode metrics, worked by hand for three episodes (ALFWorld-style task types,
+    a graded task score, one episode ended by a worker fault): per task type, task score and failures included."""
+    from recipe.forge.engines.verl.forge_steps import iteration_metrics
+
+    rows = (_episode_rows("t1-a", "pick", [0.0, 1.0], True, task_score=1.0)
+            + _episode_rows("t1-b", "pick", [0.0, 0.0, 0.0], False, task_score=0.5)
+            + _episode_rows("t2-a", "clean", [0.0], False, failure="worker_died: pid 7"))
+    m = iteration_metrics(rows)
+    assert m["num_trajectories"] == 3 and m["num_steps"] == 6
     assert m["success_rate"] == pytest.approx(1 / 3)
-    assert m["episode_reward/mean"] == pytest.approx((9 + 0 + 1) / 3)
-    assert m["episode_length/mean"] == pytest.approx(2.0)
-    assert m["valid_action_ratio"] == pytest.approx(5 / 6)
+    assert m["success_rate/pick"] == pytest.approx(0.5) and m["success_rate/clean"] == 0.0
+    assert m["episode_reward/mean"] == pytest.approx(1 / 3)
+    assert m["episode_reward/std"] == pytest.approx(np.std([1.0, 0.0, 0.0]))
+    assert m["episode_length/mean"] == pytest.approx(2.0) and m["episode_length/max"] == 3.0
+    assert m["valid_action_ratio"] == pytest.approx(3 / 6)  # every episode's first step is invalid here
+    assert m["task_score/mean"] == pytest.approx((1.0 + 0.5 + 0.0) / 3)  # an episode without a score counts 0
+    assert m["failures/total"] == 1.0 and m["failures/worker_died"] == 1.0
+    assert m["prompt/trimmed_steps"] == 0.0

@@ -23,18 +23,28 @@ from typing import Any, Callable, Sequence
 
 from verl.utils.debug import marked_timer
 
-from agent_system.multi_turn_rollout.prompt_fit import prompt_metrics
 from agent_system.multi_turn_rollout.protocols import RolloutBatch
+from agent_system.multi_turn_rollout.rollout_loop import rollout_metrics
 from recipe.forge.runs.rollout_dump import decoded_prompt, rollout_dump
 from recipe.forge.runs.validation import pass_metrics
-from recipe.forge.engines.verl import step_batch
 from recipe.forge.engines.verl.distill import check_distillation_config
 from recipe.forge.engines.verl.distribution import distribution_metrics
 from recipe.forge.engines.verl.library_driver import LibraryDriver, RolloutServerLLM
-from recipe.forge.engines.verl.row_codec import record_from_row, samples_from_rows, trajectories_from_rows
+from recipe.forge.engines.verl.row_codec import trajectories_from_rows
 from recipe.forge.engines.verl.validation_dump import fetch_rows, write_validation
 
 WITH_LIBRARY, WITHOUT_LIBRARY = "val", "val_no_library"  # the validation passes, as the embedded engine names them
+
+
+def iteration_metrics(rows: Sequence[dict]) -> dict[str, float]:
+    """The episode metrics of an iteration's step rows by the embedded engine's own function
+    (rollout_loop.rollout_metrics over the trajectories the rows encode: success overall and per task type,
+    returns, lengths, valid actions, ``task_score/mean``, ``failures/*``, the prompt-length rule's ``prompt/*``),
+    and how the rollout was distributed (distribution.distribution_metrics: workers, split task groups, servers,
+    library versions)."""
+    trajectories = trajectories_from_rows(rows)
+    steps = [step for trajectory in trajectories for step in trajectory.steps]
+    return {**rollout_metrics(RolloutBatch(steps, trajectories)), **distribution_metrics(rows)}
 
 
 class ForgeSteps:
@@ -77,13 +87,9 @@ class ForgeSteps:
 
     def keep_iteration(self, rows: Sequence[dict]) -> dict[str, float]:
         """Keep this iteration's step rows (their extra_fields; no padding or distillation row) for
-        ``end_iteration``; returns their episode metrics (success rate, return, length, valid actions) and the
-        prompt-length rule's ``prompt/*``, as the embedded engine logs them, and how the rollout was distributed
-        (distribution.distribution_metrics: workers, split task groups, servers, library versions)."""
+        ``end_iteration``; returns their :func:`iteration_metrics`."""
         self._iteration_rows = list(rows)
-        return {**step_batch.episode_metrics(samples_from_rows(self._iteration_rows)),
-                **prompt_metrics([record_from_row(row) for row in self._iteration_rows]),
-                **distribution_metrics(self._iteration_rows)}
+        return iteration_metrics(self._iteration_rows)
 
     def checkpoint_saved(self, folder: str) -> None:
         """verl wrote this iteration's checkpoint into ``folder``: ``end_iteration`` saves the library into it once
