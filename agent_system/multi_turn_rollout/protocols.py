@@ -84,7 +84,14 @@ class StepExperience:
 
 @runtime_checkable
 class ExperienceProvider(Protocol):
+    """Experiences for steps: ``provide`` retrieves for the steps' queries; ``shown`` is then told what each step
+    is shown once the engine has fitted its prompt (prompt_fit.py drops entries that do not fit), before it
+    generates. What a provider learns from a step (the retrieval fallback's finds linked to the step's cluster)
+    it learns in ``shown``, from the entries the step is really shown, on every engine."""
+
     def provide(self, queries: Sequence[StepQuery]) -> list[StepExperience]: ...
+
+    def shown(self, queries: Sequence[StepQuery], experiences: Sequence[StepExperience]) -> None: ...
 
 
 @dataclass
@@ -107,6 +114,7 @@ class StepRecord:
     done: bool
     cluster_id: int | None = None
     experience_ids: tuple[str, ...] = ()
+    experience_fallback: bool = False  # the retrieval fallback served the shown entries (StepExperience.fallback)
     info: dict[str, Any] = field(default_factory=dict)
     admissible_actions: tuple[str, ...] = ()  # the actions the environment listed at ``anchor_obs``
     expert_action: str | None = None  # the environment's expert action at this state (None: it has no expert)

@@ -29,7 +29,7 @@ from agent_system.multi_turn_rollout.protocols import (
     TrajectoryRecord,
 )
 from agent_system.multi_turn_rollout.prompt_fit import PromptBudget, prompt_metrics
-from agent_system.multi_turn_rollout.step import finish_step, prepare_steps, response_text
+from agent_system.multi_turn_rollout.step import finish_step, prepare_steps, report_shown, response_text
 
 
 def failure_category(reason: str) -> str:
@@ -218,6 +218,7 @@ class TrajectoryCollector:
         prepared = prepare_steps(queries, prompts, images, provider)
         if self.prompt_budget is not None:
             prepared = [self.prompt_budget.fit(p, prompt, image) for p, prompt, image in zip(prepared, prompts, images)]
+        report_shown(provider, prepared)
         experts = envs.recorded_expert_actions(idx)  # at the state acted on, before the environment steps
         messages = [p.messages for p in prepared]
         if streams is None:

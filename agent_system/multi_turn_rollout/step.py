@@ -3,7 +3,8 @@
 * :func:`prepare_steps`: the step's queries (raw anchor observations) -> the experience provider's experiences ->
   the messages given to the policy (:func:`build_messages`);
 * the engine fits each prepared step into ``rollout.prompt_length`` tokens by the one rule of both engines
-  (prompt_fit.py: experience entries give way, the observation never does);
+  (prompt_fit.py: experience entries give way, the observation never does), then tells the provider what each
+  step is shown (:func:`report_shown`);
 * the engine generates: the embedded engine for a batch of environments in one call (HFGenerator), the verl
   engine for one episode per coroutine (verl's server manager); either way one GenerationOutput per step;
 * the engine applies :func:`response_text` to the environment; :func:`finish_step` turns the prepared step, its
@@ -73,6 +74,13 @@ def prepare_steps(queries: Sequence[StepQuery], prompts: Sequence[str], images: 
     return prepared
 
 
+def report_shown(provider: ExperienceProvider | None, prepared: Sequence[PreparedStep]) -> None:
+    """Tell ``provider`` what each of ``prepared`` is shown, after the prompt-length rule (both engines call this
+    between fitting and generating): the provider links only the entries a step really shows."""
+    if provider is not None and prepared:
+        provider.shown([p.query for p in prepared], [p.experience for p in prepared])
+
+
 def response_text(output: GenerationOutput) -> str:
     """The text the environment is given for a generation: nothing downstream sees unencodable text."""
     return valid_unicode(output.text)
@@ -104,6 +112,7 @@ def finish_step(prepared: PreparedStep, output: GenerationOutput, reward: float,
         done=bool(done),
         cluster_id=experience.cluster_id,
         experience_ids=tuple(experience.entry_ids),
+        experience_fallback=bool(experience.fallback and experience.entry_ids),
         info=kept,
         admissible_actions=tuple(query.admissible_actions),
         expert_action=expert_action,

@@ -47,6 +47,9 @@ class SuffixProvider:
     def provide(self, queries):
         return [StepExperience(text=f"lesson {q.step}", cluster_id=0, placement="user_suffix") for q in queries]
 
+    def shown(self, queries, experiences):
+        """It learns nothing from what steps are shown."""
+
 
 def test_the_local_rollout_places_experiences_as_the_provider_says():
     envs = make_envs(run_config("gym_cards/NumberLine-v0", n=2, train_b=1))[0]

@@ -22,9 +22,13 @@ THREE = StepExperience("Lessons from past episodes:\nWorked: go left\nWorked: pu
 class Fixed:
     def __init__(self, experience: StepExperience):
         self.experience = experience
+        self.shown_steps: list[tuple[StepQuery, StepExperience]] = []
 
     def provide(self, queries):
         return [self.experience for _ in queries]
+
+    def shown(self, queries, experiences):
+        self.shown_steps.extend(zip(queries, experiences))
 
 
 def prepared(experience: StepExperience = THREE, prompt: str = "the room"):
@@ -100,8 +104,13 @@ def test_the_collector_fits_every_step_and_counts_what_it_dropped():
 
     first_entry = "Lessons from past episodes:\nWorked: go left"
     tight = PromptBudget(limit=len(first_entry), count=experience_characters)
+    provider = Fixed(THREE)
     batch = TrajectoryCollector(prompt_budget=tight).collect(envs, RandomGenerator(envs), SamplingParams(),
-                                                             experience_provider=Fixed(THREE))
+                                                             experience_provider=provider)
+    # the provider is told what each step shows after the rule, once per step, before it is generated
+    assert sorted((q.traj_uid, q.step) for q, _ in provider.shown_steps) == sorted((s.traj_uid, s.step)
+                                                                                  for s in batch.steps)
+    assert all(e.entry_ids == ("4",) for _, e in provider.shown_steps)
     for s in batch.steps:
         assert s.experiences_dropped == 2 and s.experience_ids == ("4",)
         assert s.messages[0] == {"role": "system", "content": first_entry}

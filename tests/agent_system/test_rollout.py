@@ -75,10 +75,14 @@ class TaggingProvider:
 
     def __init__(self):
         self.queries = []
+        self.shown_steps: list[tuple[StepQuery, StepExperience]] = []
 
     def provide(self, queries):
         self.queries.extend(queries)
         return [StepExperience(text=f"tip for step {q.step}" if q.step % 2 == 0 else "", cluster_id=len(q.anchor_obs), entry_ids=(f"e{q.step}",)) for q in queries]
+
+    def shown(self, queries, experiences):
+        self.shown_steps.extend(zip(queries, experiences))
 
 
 class Recorder:

@@ -113,11 +113,12 @@ def test_a_fallback_find_is_linked_at_once_so_the_clusters_next_step_gets_it(cfg
     system.library.admit(Candidate(text="turn the dial", zone=GOLDEN, level="method", score=3.0, key=k, task="x"), 0)
     system.begin_iteration(1)
     worker = ExperienceSystem.from_snapshot(system.snapshot())  # a distributed rollout worker's view
-    first, second = system.provide([query(a), query(b, 1)])
-    assert first.cluster_id == second.cluster_id and first.fallback and not second.fallback
-    assert first.entry_ids == second.entry_ids == ("0",)
-    on_worker = worker.provider.provide([query(a), query(b, 1)])
-    assert [o.entry_ids for o in on_worker] == [("0",), ("0",)] and on_worker[0].cluster_id == on_worker[1].cluster_id
+    for provider in (system.provider, worker.provider):
+        [first] = provider.provide([query(a)])
+        provider.shown([query(a)], [first])  # the step shows the entry: the prompt rule kept it
+        [second] = provider.provide([query(b, 1)])
+        assert first.cluster_id == second.cluster_id and first.fallback and not second.fallback
+        assert first.entry_ids == second.entry_ids == ("0",)
 
 
 def test_fallback_links_reach_the_cluster_and_counts_come_through_evolve(cfg, traj):
@@ -126,17 +127,55 @@ def test_fallback_links_reach_the_cluster_and_counts_come_through_evolve(cfg, tr
                                    key=FRIDGE, task="x"), 0)
     system.begin_iteration(1)
     first = system.provide([query(FRIDGE2)])[0]  # new cluster, no links: fallback finds the entry
-    assert first.entry_ids == ("0",) and system.stats.fallbacks == 1
+    assert first.entry_ids == ("0",) and first.fallback
+    assert system.library.entries[0].cluster_ids == []  # not linked before the step is known to show it
+    system.provider.shown([query(FRIDGE2)], [first])
     assert system.library.entries[0].cluster_ids == [first.cluster_id]  # linked at once
     assert system.library.entries[0].retrieval_count == 0  # counted when evolve absorbs the step
     t = traj("u", "t", "x", [(FRIDGE2, "look")], 0.0, clusters=[first.cluster_id])
-    t.steps[0].experience_ids = first.entry_ids
-    system.evolve([t], 1)
+    t.steps[0].experience_ids, t.steps[0].experience_fallback = first.entry_ids, True
+    metrics = system.evolve([t], 1)
     assert first.cluster_id in system.library.entries[0].cluster_ids
     assert system.library.entries[0].retrieval_count == 1
+    assert metrics["forge/provider_queries"] == metrics["forge/provider_fallback_rate"] == 1.0
     system.begin_iteration(2)
     again = system.provide([query(FRIDGE2)])[0]
-    assert again.cluster_id == first.cluster_id and "0" in again.entry_ids and system.stats.fallbacks == 0
+    assert again.cluster_id == first.cluster_id and "0" in again.entry_ids and not again.fallback
+
+
+def test_only_what_a_step_shows_and_trains_on_is_linked(cfg, traj):
+    """The fidelity repro: one entry keyed "fridge 1", a step at "fridge 2" (a new cluster) that the fallback finds
+    it for. Dropped by the prompt-length rule, the entry is linked to nothing and the episode is no "visited, not
+    shown" episode of it (the verl driver's result, which links from the rows); shown in a task group that
+    dynamic sampling drops, it is linked for the rest of the iteration but not kept. Before, ``provide`` linked it
+    at once and evolve kept the link: cluster_ids [cluster], unshown_episodes 1."""
+    import dataclasses
+
+    from agent_system.multi_turn_rollout.prompt_fit import without_last_entries
+
+    system = ExperienceSystem.from_config(cfg(min_library_size=0, top_k_golden=1, top_k_warning=0))
+    system.library.admit(Candidate(text="open the fridge before cooling", zone=GOLDEN, level="method", score=3.0,
+                                   key=FRIDGE, task="x"), 0)
+    entry = system.library.entries[0]
+    system.begin_iteration(1)
+    [found] = system.provide([query(FRIDGE2)])
+    assert found.fallback and found.entry_ids == ("0",)
+    trimmed = without_last_entries(found, 1)  # what the prompt-length rule leaves: no entry
+    system.provider.shown([query(FRIDGE2)], [trimmed])
+    assert entry.cluster_ids == []
+    kept = traj("u", "u-0", "x", [(FRIDGE2, "look")], 0.0, clusters=[found.cluster_id])
+    system.evolve([kept], 1)
+    assert entry.cluster_ids == [] and (entry.unshown_episodes, entry.shown_episodes) == (0, 0)
+
+    system.begin_iteration(2)
+    [found] = system.provide([query(FRIDGE2, task="y")])
+    assert found.fallback and found.entry_ids == ("0",)
+    system.provider.shown([query(FRIDGE2, task="y")], [found])  # shown, in a group dynamic sampling then drops
+    assert entry.cluster_ids == [found.cluster_id]  # the iteration's later steps of the cluster get it
+    other = dataclasses.replace(query(DESK), uid="v", traj_uid="v-0")
+    [desk] = system.provide([other])
+    system.evolve([traj("v", "v-0", "x", [(DESK, "look")], 0.0, clusters=[desk.cluster_id])], 2)
+    assert entry.cluster_ids == [] and (entry.unshown_episodes, entry.shown_episodes) == (0, 0)
 
 
 @pytest.fixture(scope="module")

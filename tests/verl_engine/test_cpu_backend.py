@@ -359,10 +359,14 @@ def test_an_empty_generation_is_no_sample_but_its_reward_discounts_into_earlier_
     assert out["group_keys"][1] is None
 
 
-def test_provider_counters_come_from_the_workers_steps():
+def test_provider_counters_come_from_the_workers_steps(make_row):
+    from recipe.forge.engines.verl.row_codec import record_from_row
     from recipe.forge.experience.metrics import RetrievalStats
 
-    stats = RetrievalStats.from_rows([("1", "2"), (), ("3",), ()], [False, False, True, False])
+    shown = [(("1", "2"), False), ((), False), (("3",), True), ((), False)]
+    rows = [{**make_row(f"u-{i}", 0, 0.0, 0.0, 0), "experience_ids": list(ids), "experience_fallback": fallback}
+            for i, (ids, fallback) in enumerate(shown)]
+    stats = RetrievalStats.from_records([record_from_row(row) for row in rows])
     assert (stats.queries, stats.hits, stats.injected, stats.fallbacks) == (4, 2, 3, 1)
     assert stats.as_metrics()["forge/provider_hit_rate"] == 0.5
 

@@ -29,7 +29,8 @@ def record_a() -> StepRecord:
         plain_messages=[{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "the room"}]}],
         response_text="<action>go</action>", action="go", prompt_ids=[1, 2, 3], response_ids=[4, 5],
         logprobs=[-0.5, -0.25], reward=-0.1, is_action_valid=True, done=False, cluster_id=None,
-        experience_ids=("3", "9"), info={"won": False, "admissible_actions": ["go", "wait"], "scores": {"k": [1, 2]}},
+        experience_ids=("3", "9"), experience_fallback=True,
+        info={"won": False, "admissible_actions": ["go", "wait"], "scores": {"k": [1, 2]}},
         admissible_actions=("go", "wait"), expert_action=None,
     )
 
@@ -55,8 +56,8 @@ def episode_b() -> TrajectoryRecord:
                             episode_reward=-0.2, success=False, length=5, failure_reason="step timeout")
 
 
-EXTRAS_A = StepExtras(library_version=-1, experience_text="", experience_fallback=False, student_prompt_ids=None)
-EXTRAS_B = StepExtras(library_version=3, experience_text="Do: go", experience_fallback=True,
+EXTRAS_A = StepExtras(library_version=-1, experience_text="", student_prompt_ids=None)
+EXTRAS_B = StepExtras(library_version=3, experience_text="Do: go",
                       student_prompt_ids=[5, 6], agent_worker="node-1:4242", rollout_server="slea_rl_hf_server_1")
 
 

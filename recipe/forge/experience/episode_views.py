@@ -51,6 +51,11 @@ class EpisodeViews:
                 out[row] = experience
         return out
 
+    def shown(self, queries: Sequence[StepQuery], experiences: Sequence[StepExperience]) -> None:
+        """Each episode's copy learns what its own steps are shown."""
+        for query, experience in zip(queries, experiences, strict=True):
+            self.view(query.traj_uid).shown([experience])
+
     def forget(self) -> None:
         """Drop the copies of finished episodes (call between rollouts)."""
         self._views.clear()

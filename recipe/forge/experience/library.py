@@ -308,6 +308,16 @@ class ExperienceLibrary:
             entry.cluster_ids.append(cluster_id)
             self.by_cluster.setdefault(cluster_id, set()).add(entry_id)
 
+    def unlink(self, entry_id: int, cluster_id: int) -> None:
+        """Undo :meth:`link` (nothing where the entry or the link is gone)."""
+        entry = self.entries.get(entry_id)
+        if entry is not None and cluster_id in entry.cluster_ids:
+            entry.cluster_ids.remove(cluster_id)
+            linked = self.by_cluster[cluster_id]
+            linked.discard(entry_id)
+            if not linked:
+                del self.by_cluster[cluster_id]
+
     def unlink_cluster(self, cluster_id: int) -> None:
         for entry_id in self.by_cluster.pop(cluster_id, ()):
             self.entries[entry_id].cluster_ids.remove(cluster_id)

@@ -69,8 +69,8 @@ def injected_level_stats(records: Sequence[StepRecord], entries: Mapping[int, Ex
 
 @dataclass
 class RetrievalStats:
-    """Counters of this process's provider since ``begin_iteration`` (the driver's step records give the
-    batch-wide ``injection_stats``)."""
+    """The provider's counters of an iteration, counted from the steps it evolves from (:meth:`from_records`), on
+    every engine: what the steps were shown after the prompt-length rule, of the batch that trains."""
 
     queries: int = 0
     hits: int = 0  # steps that received a non-empty experience message
@@ -78,12 +78,12 @@ class RetrievalStats:
     fallbacks: int = 0  # steps served by the whole-library fallback
 
     @classmethod
-    def from_rows(cls, experience_ids: Sequence[Sequence[str]], fallbacks: Sequence[bool]) -> "RetrievalStats":
-        """The counters of the steps that made these rows (one entry per step: its injected entry ids and whether
-        the fallback served it), for engines whose providers run in other processes."""
-        counts = np.fromiter((len(ids) for ids in experience_ids), dtype=np.int64, count=len(experience_ids))
+    def from_records(cls, records: Sequence[StepRecord]) -> "RetrievalStats":
+        """The counters of the steps ``records``: one query each; its shown entries; whether the fallback
+        served them."""
+        counts = np.fromiter((len(r.experience_ids) for r in records), dtype=np.int64, count=len(records))
         return cls(queries=int(counts.size), hits=int((counts > 0).sum()), injected=int(counts.sum()),
-                   fallbacks=int(np.count_nonzero(np.asarray(fallbacks, dtype=bool))))
+                   fallbacks=sum(bool(r.experience_fallback) for r in records))
 
     def as_metrics(self) -> dict[str, float]:
         q = max(self.queries, 1)

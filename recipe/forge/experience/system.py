@@ -6,14 +6,17 @@
     metrics = system.evolve(batch.trajectories, i)          # once per iteration; saves every library_save_freq
     system.save(dir); system.load(dir)                      # or ExperienceSystem.from_checkpoint(dir, forge_cfg)
 
-``provide`` links what the retrieval fallback finds to the step's cluster at once (the paper's immediate link),
-so a later step of the same cluster in the same iteration gets those entries as the cluster's own, even where
-its observation is too far from their keys for the fallback (entry key k, sim(a, k) = sim(a, b) = 0.85,
-sim(b, k) = 0.70: a finds the entry by the fallback, b in a's cluster gets it through the link). On a
-distributed worker the link goes into the worker's private copy of the library; the driver's library gets it,
-with the retrieval counts, when ``evolve`` absorbs the step records (their ``cluster_id`` and
-``experience_ids``), the same way for every engine; then, on those driver clusters, each entry's outcome
-counters count the iteration's episodes shown it and those at its clusters not shown it (outcomes.py).
+What the retrieval fallback finds and a step really shows (after the engine's prompt-length rule, which may drop
+entries: ``shown``) is linked to the step's cluster at once (the paper's immediate link), so a later step of the
+same cluster in the same iteration gets those entries as the cluster's own, even where its observation is too
+far from their keys for the fallback (entry key k, sim(a, k) = sim(a, b) = 0.85, sim(b, k) = 0.70: a finds the
+entry by the fallback, b in a's cluster gets it through the link). These links hold for the iteration only: on a
+distributed worker they live in the worker's private copy of the library, on the driver's own system ``evolve``
+undoes them first. The driver's library keeps the links that ``evolve`` absorbs from the step records of the
+batch that trains (their ``cluster_id`` and ``experience_ids``: dynamic sampling's dropped groups are not in it),
+with the retrieval counts and the provider counters, the same way for every engine; then, on those driver
+clusters, each entry's outcome counters count the iteration's episodes shown it and those at its clusters not
+shown it (outcomes.py).
 
 Distributed use: ``snap = system.snapshot()`` is a plain, picklable, JSON-serialisable read-only view with a
 ``version``; a worker builds ``ExperienceSystem.from_snapshot(snap).provider``. ``snapshot(with_search=True)``
@@ -91,6 +94,9 @@ class SystemProvider:
     def provide(self, queries: Sequence[StepQuery]) -> list[StepExperience]:
         return self.system.provide(queries)
 
+    def shown(self, queries: Sequence[StepQuery], experiences: Sequence[StepExperience]) -> None:
+        self.system.shown(experiences)
+
 
 class ExperienceSystem:
     """Library, observation index, retriever, renderer and extractor built from one forge config section."""
@@ -135,6 +141,7 @@ class ExperienceSystem:
         self.stats = RetrievalStats()
         self.totals = dict.fromkeys(TOTALS, 0)
         self.provider = SystemProvider(self)
+        self._iteration_links: list[tuple[int, int]] = []  # (entry, cluster) linked by ``shown``, undone by evolve
 
     @classmethod
     def from_config(cls, forge_cfg: Any, tokenizer: Any | None = None, llm: Callable[[str], str] | None = None,
@@ -167,22 +174,27 @@ class ExperienceSystem:
         observation is made its bounded key once (bounds.py): the index and the retrieval compare the same key."""
         keys = [self.index.key(q.anchor_obs) for q in queries]
         cluster_ids = [self.index.assign(key, self.iteration) for key in keys]
-        self.stats.queries += len(queries)
         if not self.injecting:
             return [StepExperience("", cid, (), placement=self.injection) for cid in cluster_ids]
         out = []
         for query, key, cid in zip(queries, keys, cluster_ids):
             found = self.retriever.retrieve(key, query.task, cid)
             text, shown = self.renderer.render(found.entries)
-            if found.fallback:
-                for entry_id in shown:
-                    self.library.link(int(entry_id), cid)
-            self.stats.hits += bool(shown)
-            self.stats.injected += len(shown)
-            self.stats.fallbacks += found.fallback
             out.append(StepExperience(text, cid, tuple(str(i) for i in shown), bool(found.fallback),
                                       placement=self.injection))
         return out
+
+    def shown(self, experiences: Sequence[StepExperience]) -> None:
+        """What steps are shown, after the prompt-length rule: the entries the retrieval fallback found and a step
+        shows are linked to its cluster for the rest of the iteration (module docstring)."""
+        for experience in experiences:
+            if not experience.fallback or experience.cluster_id is None:
+                continue
+            for raw in experience.entry_ids:
+                entry = self.library.entries.get(int(raw))
+                if entry is not None and experience.cluster_id not in entry.cluster_ids:
+                    self.library.link(entry.entry_id, experience.cluster_id)
+                    self._iteration_links.append((entry.entry_id, experience.cluster_id))
 
     def absorb(self, records: Sequence[StepRecord]) -> None:
         """Record what a rollout used: steps without a driver cluster (none, worker-local or evicted) are assigned
@@ -216,6 +228,10 @@ class ExperienceSystem:
         steps = [s for t in trajectories for s in t.steps]
         groups = step_group_stats(steps)  # the advantage's step groups: the clusters that drove retrieval
         injected = self.injecting  # the gate the rollout ran under: this iteration, the library before evolving
+        for entry_id, cluster_id in self._iteration_links:  # the rollout's own links: absorb keeps the batch's
+            self.library.unlink(entry_id, cluster_id)
+        self._iteration_links = []
+        self.stats = RetrievalStats.from_records(steps)
         self.absorb(steps)
         count_outcomes(self.library, trajectories)  # on the driver's clusters, before this evolution's changes
         shown = injected_level_stats(steps, self.library.entries)  # the library the steps were shown lessons from

@@ -48,3 +48,7 @@ class TimedProvider:
     def provide(self, queries: Sequence[StepQuery]) -> list[StepExperience]:
         with self.timer.phase(self.phase):
             return self.inner.provide(queries)
+
+    def shown(self, queries: Sequence[StepQuery], experiences: Sequence[StepExperience]) -> None:
+        with self.timer.phase(self.phase):
+            self.inner.shown(queries, experiences)

@@ -32,7 +32,7 @@ from agent_system.environments.config import env_config_from_mapping
 from agent_system.multi_turn_rollout.protocols import (ACTION_STOP, GenerationOutput, StepExperience, StepQuery,
                                                        StepRecord, TrajectoryRecord)
 from agent_system.multi_turn_rollout.prompt_fit import fit_prompt, shorter_versions
-from agent_system.multi_turn_rollout.step import PreparedStep, finish_step, prepare_steps, response_text
+from agent_system.multi_turn_rollout.step import PreparedStep, finish_step, prepare_steps, report_shown, response_text
 from recipe.forge.distillation import distilled_step
 from recipe.forge.hf.vision_inputs import message_images
 from recipe.forge.engines.verl.episode import EpisodeSession, EpisodeView, StepOutcome
@@ -126,6 +126,7 @@ class ForgeAgentLoop(AgentLoopBase):
                                   traj_uid=traj_uid, step=len(steps), admissible_actions=view.admissible_actions)
                 [prepared] = prepare_steps([query], [view.prompt], [view_image(view)], provider)
                 prepared = await self._fit_prompt(prepared, view)
+                report_shown(provider, [prepared])
                 started = time.perf_counter()
                 generation = await self._generate(prepared.messages, sampling_params)
                 gen_seconds = time.perf_counter() - started
@@ -242,7 +243,7 @@ def episode_outputs(steps: Sequence[EpisodeStep], version: int | None, env_secon
             response_ids, mask = [eos_token_id], [0]
             logprobs = [0.0] if logprobs is not None else None
         server_fields = s.generation.server_fields
-        extras = StepExtras(library_version, s.experience.text, bool(s.experience.fallback), s.student_prompt_ids,
+        extras = StepExtras(library_version, s.experience.text, s.student_prompt_ids,
                             agent_worker=AGENT_WORKER, rollout_server=str(server_fields.get("rollout_server") or ""))
         global_steps = server_fields.get("global_steps")
         extra = {

@@ -12,9 +12,9 @@ import os
 import uuid
 from typing import Any, Sequence
 
-from recipe.forge.experience.metrics import RetrievalStats, reward_metrics
+from recipe.forge.experience.metrics import reward_metrics
 from recipe.forge.engines.verl.library_channel import NO_LIBRARY, get_or_create_broker, publish
-from recipe.forge.engines.verl.row_codec import extras_from_row, record_from_row, trajectories_from_rows
+from recipe.forge.engines.verl.row_codec import record_from_row, trajectories_from_rows
 
 
 class RolloutServerLLM:
@@ -109,11 +109,6 @@ class LibraryDriver:
         trajectories = trajectories_from_rows(rows)
         metrics = reward_metrics(trajectories, self.forge_cfg.success_threshold)
         if self.enabled:
-            # retrieval ran in the rollout workers: the provider counters come from the steps they produced
-            self.system.stats = RetrievalStats.from_rows(
-                [step.experience_ids for t in trajectories for step in t.steps],
-                [extras_from_row(row).experience_fallback for row in rows],
-            )
             metrics.update({k: float(v) for k, v in self.system.evolve(trajectories, iteration).items()})
         return metrics
 

@@ -46,7 +46,6 @@ class StepExtras:
 
     library_version: int = -1  # the library snapshot the step retrieved from (-1: none)
     experience_text: str = ""  # the experience text the step was shown
-    experience_fallback: bool = False  # the whole-library similarity fallback served the step
     student_prompt_ids: list[int] | None = None  # the plain prompt's ids (self-distillation), None otherwise
     agent_worker: str = ""  # the agent-loop worker process that ran the episode ("host:pid")
     rollout_server: str = ""  # the rollout server that generated the step, where the server names itself
