@@ -229,12 +229,29 @@ def test_an_oracle_library_gives_only_right_lessons_through_retrieval_and_inject
     assert all(m["forge/lesson_precision"] == 1.0 and m["forge/lessons_checkable"] == 1.0 for m in later)
     assert all(m["forge/lesson_precision/example"] == 1.0 and m["forge/lesson_conflict"] == 0.0 for m in later)
     assert all(e.level == "example" and verdict(e.advice) == "right" for e in system.library.all_entries())
-    # the validation entry point: a batch's steps against the library that served them
+    # the validation entry point: a batch's steps against the library that served them. A wrong twin of every
+    # oracle lesson (the other action, at the same state and cluster) and a wrong lesson at a state no step visits
+    # make the injected precision a count over what the steps were shown, apart from the library's precision
+    from recipe.forge.experience.library import Candidate
+
+    oracle = list(system.library.all_entries())
+    other = {"+": "-", "-": "+"}
+    twins = system.library.insert_unchecked([
+        Candidate(f"At this state answer {other[e.advice.expert]}.", "golden", "example", 0.5, key=e.key,
+                  cluster_ids=list(e.cluster_ids), advice=Advice(e.advice.state, do=(other[e.advice.expert],),
+                                                                  expert=e.advice.expert))
+        for e in oracle] + [Candidate("At nowhere answer -.", "golden", "example", 9.0, key="nowhere",
+                                      advice=Advice("nowhere", do=("-",), expert="+"))], iteration=3)
+    wrong = {str(i) for i in twins}
     view = ExperienceSystem.from_snapshot(system.snapshot())
     view.begin_iteration(3)
     held_out = TrajectoryCollector().collect(envs, generator, SamplingParams(), view.provider, seeds=[100, 101, 102])
+    shown = [raw for step in held_out.steps for raw in step.experience_ids]
+    wrong_shown = sum(raw in wrong for raw in shown)
+    assert 0 < wrong_shown < len(shown), "the held-out steps must be shown right and wrong lessons"
     quality = view.lesson_quality(held_out.steps)
-    assert quality["forge/lesson_precision"] == 1.0 and quality["forge/library_precision"] == 1.0
+    assert quality["forge/lesson_precision"] == pytest.approx(1 - wrong_shown / len(shown))
+    assert quality["forge/library_precision"] == pytest.approx(len(oracle) / (2 * len(oracle) + 1))
 
 
 # ----------------------------------------------------------------------------------------------- the viewer

@@ -107,11 +107,38 @@ def _inputs():
     return samples, mask, scores, step_returns(samples, GAMMA, COEF)
 
 
-def test_forge_advantage_is_also_its_returns():
-    samples, mask, scores, returns = _inputs()
-    algorithm = ForgeAlgoConfig(gamma=GAMMA, invalid_action_penalty_coef=COEF)
+def naive_forge_advantage(scores, returns, uid, cluster, w):
+    """A loop over the definition (mean_norm, the episode part normalised over a task group's steps): a step's
+    score less its task group's mean score (a task group of one step keeps its score), plus ``w`` x its step
+    return less the mean return of its (task group, cluster) step group (0 for a group of one step)."""
+    def centred(values, keys, singleton_mean_zero):
+        out = []
+        for i, key in enumerate(keys):
+            members = [values[j] for j in range(len(keys)) if keys[j] == key]
+            mean = 0.0 if len(members) == 1 and singleton_mean_zero else sum(members) / len(members)
+            out.append(values[i] - mean)
+        return out
+
+    episode = centred(list(scores), list(uid), singleton_mean_zero=True)
+    step = centred(list(returns), list(zip(uid, cluster)), singleton_mean_zero=False)
+    return [e + w * s for e, s in zip(episode, step)]
+
+
+@pytest.mark.parametrize("w", [1.0, 0.5])
+def test_forge_advantage_and_returns_match_a_naive_loop(w):
+    """Both tensors forge gives (its returns are its advantages, as verl's outcome estimators return them) against
+    the definition, each row's value on its response tokens and 0 elsewhere."""
+    samples, _, _, returns = _inputs()
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 1], [1, 1, 0], [0, 0, 0]], dtype=torch.float32)
+    scores = token_level_scores(samples, mask, COEF)
+    algorithm = ForgeAlgoConfig(gamma=GAMMA, invalid_action_penalty_coef=COEF, forge=ForgeConfig(step_advantage_w=w))
     adv, ret = samples_advantage("forge", scores, mask, samples, returns, algorithm)
-    torch.testing.assert_close(ret, adv)
+    expected = naive_forge_advantage(scores.sum(-1).tolist(), returns.tolist(), samples.uid.tolist(),
+                                     samples.cluster_id.tolist(), w)
+    assert len({round(v, 6) for v in expected}) == len(expected)  # every row differs: a wrong group would show
+    want = torch.tensor(expected, dtype=torch.float32)[:, None] * mask
+    torch.testing.assert_close(adv, want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(ret, want, rtol=1e-5, atol=1e-6)
 
 
 def test_gigpo_advantage_needs_no_cluster_ids_and_matches_the_core():

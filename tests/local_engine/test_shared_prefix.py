@@ -117,13 +117,15 @@ def test_eager_attention_gives_the_same_result():
     assert_same_grads(plain_grads, shared_grads)
 
 
-def test_plain_forward_equals_each_row_alone():
-    """The reference itself: the plain padded forward equals an unpadded pass of each row on its own."""
+@pytest.mark.parametrize("share_prefix", [False, True])
+def test_both_forwards_equal_each_row_alone(share_prefix):
+    """The reference itself: the plain padded forward (which the tests above compare the shared one with), and the
+    shared one too, equal an unpadded pass of each row on its own."""
     model = causal_lm()
     prompts = PROMPT_SETS["template_then_states"]
     packed = packed_rows("template_then_states")
     with torch.no_grad():
-        logits = response_logits(model, packed, share_prefix=True)
+        logits = response_logits(model, packed, share_prefix=share_prefix)
         for row, (prompt, response) in enumerate(zip(prompts, RESPONSES)):
             alone = model(input_ids=torch.tensor([prompt + response])).logits[0, len(prompt) - 1:-1]
             torch.testing.assert_close(logits[row, :len(response)], alone, atol=1e-5, rtol=1e-5)

@@ -212,10 +212,29 @@ def test_forge_agent_rows_reach_the_batch_and_the_trainer_step(verl_stack):
     assert augmented > 0, "no step of the second rollout received experiences"
 
 
+def naive_verdict(advice) -> str | None:
+    """right / wrong / None of a lesson's advice against its expert, by the definition (lesson_quality.py)."""
+    if advice is None or advice.expert is None:
+        return None
+    expert = " ".join(advice.expert.split()).casefold()
+    do = {" ".join(a.split()).casefold() for a in advice.do}
+    avoid = {" ".join(a.split()).casefold() for a in advice.avoid}
+    return "wrong" if expert in avoid or (do and expert not in do) else "right"
+
+
+def naive_precision(verdicts) -> float | None:
+    checked = [v for v in verdicts if v is not None]
+    return checked.count("right") / len(checked) if checked else None
+
+
 def test_iteration_end_evolves_and_checkpoints_the_library(verl_stack, monkeypatch, tmp_path):
-    """ForgeSteps through one iteration in the order ForgeTrainer calls it (the step's rows, verl's checkpoint,
+    """ForgeSteps through two iterations in the order ForgeTrainer calls it (the step's rows, verl's checkpoint,
     the iteration's end after the weight sync): episode metrics, evolution from this step's rows with the
-    workers' clusters, the forge/* metrics, the library saved into the checkpoint and resumed from it."""
+    workers' clusters, the forge/* metrics, the library saved into the checkpoint and resumed from it. The
+    second iteration runs with the first one's lessons, so its lesson-quality figures count lessons the steps
+    were shown, against a count over the rows by the definition."""
+    import copy
+
     from recipe.forge.engines.verl.forge_steps import ForgeSteps
 
     cfg = verl_stack["cfg"]
@@ -233,26 +252,38 @@ def test_iteration_end_evolves_and_checkpoints_the_library(verl_stack, monkeypat
 
     monkeypatch.setattr(forge.library, "end_iteration", recorded_end_iteration)
     metrics = forge.keep_iteration(rows)
-    assert 0.0 <= metrics["success_rate"] <= 1.0 and metrics["num_trajectories"] == TASKS * G
-    checkpoint = tmp_path / "global_step_1"
-    forge.checkpoint_saved(str(checkpoint))
-    timing_raw: dict = {}
-    logged = forge.end_iteration(0, timing_raw)
+    episodes = {r["traj_uid"]: r["success"] for r in rows}
+    assert metrics["num_trajectories"] == len(episodes) == TASKS * G
+    assert metrics["success_rate"] == pytest.approx(sum(episodes.values()) / len(episodes))
+    forge.checkpoint_saved(str(tmp_path / "global_step_1"))
+    logged = forge.end_iteration(0, {})
     assert evolved_from == rows and all(r["cluster_id"] >= 0 for r in rows)  # this step's rows, with clusters
     assert logged["forge/library_version"] == 1.0 and "forge/reward_mean" in logged
-    quality = ("forge/lessons_checkable", "forge/lesson_conflict")
-    assert set(quality) <= set(logged) and all(0.0 <= logged[k] <= 1.0 for k in quality)
-    # a precision is logged only with checkable lessons behind it (none is a missing figure, not a 0)
-    assert ("forge/lesson_precision" in logged) == (logged["forge/lessons_checkable"] > 0)
-    checkable = [e for e in forge.library.system.library.all_entries() if e.advice and e.advice.expert]
-    assert ("forge/library_precision" in logged) == bool(checkable)
-    assert 0.0 <= logged.get("forge/library_precision", 0.0) <= 1.0
+    assert logged["forge/lessons_checkable"] == 0.0  # an empty library showed nothing
+
+    forge.begin_iteration(1)  # the first evolution's lessons are published
+    meta, _ = rollout(verl_stack, 0, global_steps=2)
+    rows = [getattr(e, "data", e) for e in fetch(meta, ["extra_fields"]).pop("extra_fields").tolist()]
+    shown_from = copy.deepcopy(forge.library.system.library.entries)  # what the steps were shown lessons from
+    forge.keep_iteration(rows)
+    checkpoint = tmp_path / "global_step_2"
+    forge.checkpoint_saved(str(checkpoint))
+    timing_raw: dict = {}
+    logged = forge.end_iteration(1, timing_raw)
+    injected = [naive_verdict(shown_from[int(i)].advice) for r in rows for i in r["experience_ids"]]
+    assert injected and any(v is not None for v in injected), "no checkable lesson was shown: nothing is measured"
+    assert logged["forge/lessons_checkable"] == pytest.approx(sum(v is not None for v in injected) / len(injected))
+    expected = naive_precision(injected)
+    assert ("forge/lesson_precision" in logged) == (expected is not None)
+    assert logged.get("forge/lesson_precision") == pytest.approx(expected)
+    library = forge.library.system.library.entries
+    assert logged.get("forge/library_precision") == pytest.approx(naive_precision(
+        naive_verdict(e.advice) for e in library.values()))
     assert "forge_library" in timing_raw
     assert (checkpoint / "forge_library").exists()
-    forge.begin_iteration(1)  # next iteration: a fresh driver resumes the saved library
-    fresh = ForgeSteps(cfg)
+    fresh = ForgeSteps(cfg)  # next iteration: a fresh driver resumes the saved library
     fresh.library.load_if_exists(str(checkpoint / "forge_library"))
-    assert fresh.library.version == 1
+    assert fresh.library.version == 2
     assert len(fresh.library.system.library) == logged["forge/library_total_size"]
 
 
