@@ -2,7 +2,9 @@
 agree.
 
 The same run config (NumberLine, 2 tasks x 4 copies, forge with self-distillation), the same task seeds, the
-same tiny model, from the same library version (evolved once beforehand, so that steps get experiences):
+same tiny model, from the same library version (evolved once beforehand, so that steps get experiences; the
+embedded engine rolls out and evolves with its trainer's own experience system, verl with its workers' copies and
+its driver's library):
 
 * the distributed engine's rollout (verl's AgentLoopManagerTQ running our ForgeAgentLoop, generating through the
   CPU backend's HF rollout server) samples at temperature 1, so the G copies of a task differ;
@@ -14,7 +16,8 @@ They must give the same prompt and response tokens, admissible and expert action
 observation clusters (equal ids for clusters the library knew, the same partition for new ones), the same
 advantages (the local engine's ``compute_advantages`` against the verl trainer's ``compute_batch_advantages``),
 the same policy loss and gradient norm after one update from the same weights (verl's FSDP2 actor against the
-embedded engine's PolicyUpdater), the same library after evolution, the same validation figures (from the same
+embedded engine's PolicyUpdater with the shared prompt prefix, its default), the same library after evolution
+(entries, links and outcome counters), the same validation figures (from the same
 steps, and from a validation of its own on each engine, with and without the library) and the same
 distillation rows (which steps, the student's prompt tokens). The library goes in the system message (the default placement) here and after the
 observation (``user_suffix``, the main job's choice) in the prompt-length test, whose prompts are compared too.
@@ -264,9 +267,43 @@ def verl_first_iteration(state, snapshot, verl_rollout, cfg, update: bool = Fals
     }
 
 
-def local_first_iteration(state, snapshot, cfg, script: dict | None = None):
-    """The embedded engine's rollout of SEEDS from ``snapshot`` under ``cfg``: greedy, or replaying ``script``
-    (:class:`ReplayGenerator`); its advantages and distillation rows. ``state["processor"]``, where present: the
+def trainer_library(state, cfg):
+    """The embedded trainer's own experience system for ``cfg`` (ExperienceSystem.from_algorithm, as LocalTrainer
+    builds it), resumed from ``state["system"]``'s library as a run resumes from a checkpoint: a training system,
+    not a snapshot view, so that what its provider does during the rollout stays in the library it evolves."""
+    import uuid
+
+    from recipe.forge.experience import ExperienceSystem
+    from recipe.forge.run_config import validate_algorithm
+
+    folder = state["system"].save(state["out"] / f"library_{uuid.uuid4().hex}")
+    system = ExperienceSystem.from_algorithm(validate_algorithm(cfg.algorithm), tokenizer=state["tokenizer"])
+    return system.load(folder)
+
+
+def canonical(trajectories):
+    """``trajectories`` in a canonical order (the task's first observation, then the copy's actions): the engines
+    name task groups differently, and evolution reads the trajectories in order."""
+    return sorted(trajectories, key=lambda t: (t.steps[0].anchor_obs, [step.action for step in t.steps]))
+
+
+def driver_library(state, cfg, rows) -> list[tuple]:
+    """:func:`library_entries` of verl's driver (LibraryDriver.end_iteration) evolved from ``rows``, its system
+    the trainer's own resumed from ``state["system"]`` (:func:`trainer_library`), the rows in canonical order."""
+    from recipe.forge.engines.verl.library_driver import LibraryDriver
+    from recipe.forge.engines.verl.row_codec import trajectories_from_rows
+    from recipe.forge.run_config import validate_algorithm
+
+    system = trainer_library(state, cfg)
+    rank = {t.traj_uid: i for i, t in enumerate(canonical(trajectories_from_rows(rows)))}
+    LibraryDriver(system, validate_algorithm(cfg.algorithm).forge).end_iteration(sorted(rows, key=lambda r: (rank[r["traj_uid"]], r["step"])), 1)
+    return library_entries(system)
+
+
+def local_first_iteration(state, cfg, script: dict | None = None):
+    """The embedded engine's rollout of SEEDS under ``cfg`` with the embedded trainer's own library
+    (:func:`trainer_library`): greedy, or replaying ``script`` (:class:`ReplayGenerator`); its advantages and
+    distillation rows, and that library evolved from its trajectories. ``state["processor"]``, where present: the
     vision-language model's processor (the model then loads as one, and its prompts carry their images)."""
     from agent_system.environments import make_envs
     from agent_system.multi_turn_rollout.prompt_fit import PromptBudget
@@ -278,12 +315,11 @@ def local_first_iteration(state, snapshot, cfg, script: dict | None = None):
     from recipe.forge.engines.local.batch import build_step_batch
     from recipe.forge.hf.generation import HFGenerator
     from recipe.forge.engines.local.update import DistillationInputs
-    from recipe.forge.experience import ExperienceSystem
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     tokenizer, processor = state["tokenizer"], state.get("processor")  # processor: a vision-language model's
     prompt_length = int(cfg.actor_rollout_ref.rollout.prompt_length)
-    system = ExperienceSystem.from_snapshot(snapshot, tokenizer)  # the library both engines start from
+    system = trainer_library(state, cfg)  # the library both engines start from
     system.begin_iteration(1)
     envs, _ = make_envs(cfg)
     model_class = AutoModelForCausalLM if processor is None else AutoModelForImageTextToText
@@ -321,6 +357,7 @@ def local_first_iteration(state, snapshot, cfg, script: dict | None = None):
         "bare_length": max(hf.prompt_length(r.plain_messages) for r in batch.records),
         "trajectories": rollout.trajectories,
         "update": update_metrics,
+        "library": evolved(system, rollout.trajectories),
     }
 
 
@@ -357,7 +394,7 @@ def local_update(state, cfg, batch, advantages: torch.Tensor) -> dict:
     assert actor.ppo_mini_batch_size * actor.rollout_n >= len(batch), "the update would take several mini-batches"
     model = AutoModelForCausalLM.from_pretrained(state["model_dir"], dtype=torch.float32)
     updater = PolicyUpdater(model, torch.optim.AdamW(model.parameters(), lr=actor.optim.lr), actor,
-                            temperature=float(cfg.actor_rollout_ref.rollout.temperature), share_prompt_prefix=False)
+                            temperature=float(cfg.actor_rollout_ref.rollout.temperature), share_prompt_prefix=True)
     old = updater.log_probs(model, batch.packed)
     return updater.update(batch, advantages, old, ref_log_probs=old if actor.use_kl_loss else None)
 
@@ -379,25 +416,21 @@ def by_key(run: dict, field: str) -> dict:
 
 
 def library_entries(system) -> list[tuple]:
-    """The entries of ``system``'s library as (zone, level, text, score, support, task, shown episodes and
-    successes, unshown episodes and successes), sorted: compared by content, not id."""
+    """The entries of ``system``'s library as (zone, level, text, score, support, task, linked clusters, shown
+    episodes and successes, unshown episodes and successes), sorted: compared by content, not id."""
     from recipe.forge.experience.outcomes import OUTCOME_FIELDS
 
-    return sorted((e.zone, e.level, e.text, round(e.score, 9), e.support, e.task,
+    return sorted((e.zone, e.level, e.text, round(e.score, 9), e.support, e.task, len(e.cluster_ids),
                    *(getattr(e, name) for name in OUTCOME_FIELDS)) for e in system.library.entries.values())
 
 
-def evolved_library(system, trajectories) -> list[tuple]:
-    """:func:`library_entries` of a copy of ``system`` evolved once from ``trajectories``, taken in a canonical
-    order (the task's first observation, then the copy's actions; the engines name task groups differently)."""
+def evolved(system, trajectories) -> list[tuple]:
+    """:func:`library_entries` of ``system`` after it evolved from ``trajectories`` (copies, in canonical order:
+    evolution files the steps' clusters in place)."""
     import copy
 
-    def order(trajectory):
-        return trajectory.steps[0].anchor_obs, [step.action for step in trajectory.steps]
-
-    evolved = copy.deepcopy(system)
-    evolved.evolve(sorted(copy.deepcopy(trajectories), key=order), 1)  # evolution files the steps' clusters in place
-    return library_entries(evolved)
+    system.evolve(canonical(copy.deepcopy(trajectories)), 1)
+    return library_entries(system)
 
 
 @pytest.fixture(scope="module")
@@ -412,8 +445,7 @@ def verl_sampled(library_v1, verl_rollout):
 @pytest.fixture(scope="module")
 def local_replayed(library_v1, verl_sampled):
     """The embedded engine's first iteration replaying verl's responses."""
-    return local_first_iteration(library_v1, library_v1["system"].snapshot(), library_v1["cfg"],
-                                 script=verl_sampled["script"])
+    return local_first_iteration(library_v1, library_v1["cfg"], script=verl_sampled["script"])
 
 
 def test_both_engines_give_the_same_first_iteration(library_v1, verl_sampled, local_replayed):
@@ -457,13 +489,13 @@ def test_both_engines_give_the_same_first_iteration(library_v1, verl_sampled, lo
             assert mapping.setdefault(lid, vid) == vid, f"cluster partitions differ at task seed {seed}, step {step.step}"
     assert mapping and len(set(mapping.values())) == len(mapping)
 
-    # evolution: the embedded trainer evolves from its trajectories, verl's driver from the rows decoded by the row
-    # codec; from the same library they must make the same library (entries compared by content, not id), and
-    # evolution changes it: the entries shown this iteration count their episodes, whether or not the sampled
-    # responses also give a new lesson
-    local_library = evolved_library(library_v1["system"], local["trajectories"])
-    verl_library = evolved_library(library_v1["system"], trajectories_from_rows(verl["rows"]))
-    assert local_library == verl_library and local_library != library_entries(library_v1["system"])
+    # evolution: the embedded trainer's own library, which its provider served the rollout from, evolves from its
+    # trajectories; verl's driver from the rows decoded by the row codec; from the same library they must make the
+    # same library (entries compared by content, links and outcome counters, not id), and evolution changes it:
+    # the entries shown this iteration count their episodes, whether or not the sampled responses also give a
+    # new lesson
+    verl_library = driver_library(library_v1, library_v1["cfg"], verl["rows"])
+    assert local["library"] == verl_library and local["library"] != library_entries(library_v1["system"])
 
     # the update, from the same weights and the same rows: verl's FSDP2 actor and the embedded engine's updater give
     # the same policy loss and gradient norm (one mini-batch of every row, ratio 1: the loss is minus the
@@ -502,10 +534,13 @@ def test_both_engines_fit_long_prompts_by_one_rule(library_v1, local_replayed, v
                                           "actor_rollout_ref.rollout.temperature": 0.0,
                                           "algorithm.forge.injection": "user_suffix"})
     snapshot = placed(library_v1["system"].snapshot(), "user_suffix")
-    local = local_first_iteration(library_v1, snapshot, cfg)
+    local = local_first_iteration(library_v1, cfg)
     verl = verl_first_iteration(library_v1, snapshot, verl_rollout, cfg)
     assert sum(local["dropped"]) > 0, "no step had to drop an entry: the limit does not exercise the rule"
     assert sorted(local["keys"]) == sorted(verl["keys"])
     for field in ("prompt_ids", "response_ids", "dropped", "student"):
         assert by_key(local, field) == by_key(verl, field), field
     assert max(len(ids) for ids in verl["prompt_ids"]) <= limit
+    # what the steps showed after the rule is what both libraries linked and counted: the embedded trainer's own
+    # library (whose provider served the rollout) and verl's driver (from the rows) evolve alike
+    assert local["library"] == driver_library(library_v1, cfg, verl["rows"])

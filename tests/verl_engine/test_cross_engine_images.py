@@ -61,7 +61,7 @@ def visual_library(run_config_factory, tiny_vlm_dir, tmp_path_factory):
 def test_both_engines_give_the_same_first_iteration_with_images(visual_library, verl_rollout):
     snapshot = visual_library["system"].snapshot()
     cfg = visual_library["cfg"]
-    local = local_first_iteration(visual_library, snapshot, cfg)
+    local = local_first_iteration(visual_library, cfg)
     verl = verl_first_iteration(visual_library, snapshot, verl_rollout, cfg)
     assert sorted(local["keys"]) == sorted(verl["keys"]) and len(local["keys"]) > 0
     assert local["experiences"] > 0, "no step was given experiences: the comparison would not cover injection"

@@ -8,10 +8,12 @@ How it runs (algorithm.forge.use_distillation=True):
 2. after verl's old-log-prob pass (the teacher's log-probs), the trainer adds one student row per such step
    (the plain prompt + the same response) and runs the SAME actor's log-prob pass over them: the teacher is the
    current policy;
-3. the advantage of every student row's response token is ``-w * (log pi_student(a_t) - log pi_teacher(a_t))``, the
-   per-token reverse-KL estimator on the sampled tokens, with ``w`` ramped by the library's fill ratio up to
-   ``max_distill_weight`` (recipe.forge.distillation.distillation_weight). The policy-gradient of this term is
-   the gradient of KL(student || teacher) in expectation over the student's samples.
+3. the advantage of every student row's response token is ``-w * (log pi_student(a_t) - log pi_teacher(a_t))``,
+   with ``w`` ramped by the library's fill ratio up to ``max_distill_weight``
+   (recipe.forge.distillation.distillation_weight). The tokens ``a_t`` were sampled in the teacher's context, so
+   this is not the policy gradient of KL(student || teacher), which needs the student's samples; and the student
+   rows join verl's PPO loss (its token-mean, KL loss, entropy bonus and clipping). docs/distributed.md
+   ("How this differs from the embedded engine") says what the update is instead.
 
 Exactness: verl's actor passes return the log-probs of the sampled tokens only, not full distributions. So on
 this engine ``reverse_kl`` is a sampled-token (Monte Carlo) estimate and ``kl`` / ``jsd``, which need the
