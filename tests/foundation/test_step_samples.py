@@ -129,6 +129,7 @@ def test_forge_advantage_and_returns_match_a_naive_loop(w):
     """Both tensors forge gives (its returns are its advantages, as verl's outcome estimators return them) against
     the definition, each row's value on its response tokens and 0 elsewhere."""
     samples, _, _, returns = _inputs()
+    samples.cluster_id[5] = 8  # task u2's step at task u1's cluster 8: step groups are per task group
     mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 1], [1, 1, 0], [0, 0, 0]], dtype=torch.float32)
     scores = token_level_scores(samples, mask, COEF)
     algorithm = ForgeAlgoConfig(gamma=GAMMA, invalid_action_penalty_coef=COEF, forge=ForgeConfig(step_advantage_w=w))
