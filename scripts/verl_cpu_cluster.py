@@ -7,6 +7,9 @@ instances, and only its own processes are ended afterwards, also on failure), th
 (scripts/verl_cpu_smoke.py: ``python -m recipe.forge.main_forge trainer.engine=verl trainer.device=cpu ...``) with
 ``trainer.nnodes=<nodes> trainer.n_gpus_per_node=1`` joining the cluster through ``RAY_ADDRESS``.
 
+SIGTERM (or SIGHUP) stops the run and the cluster; if the script is killed outright, the cluster's watchdog ends
+its processes and deletes its temp folder (local_cluster.py).
+
 Prints one JSON line: the smoke script's summary of the run, ``cluster_up_s`` (the ``ray start`` commands until
 Ray lists every node alive), ``nodes`` as Ray listed them, and ``placement``: for each Ray actor class of the run,
 the node of each of its actors (``node0`` = the head), from Ray's state API (``ray list actors``) after the run.
@@ -21,6 +24,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -29,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from recipe.forge.engines.verl.cpu.local_cluster import AUTH, LocalCluster, node_command  # noqa: E402
+from recipe.forge.engines.verl.cpu.local_cluster import AUTH, ClusterError, LocalCluster, node_command  # noqa: E402
 
 DOC_BASE_PORT, DOC_TEMP_ROOT = 6379, "/tmp/slea_ray"  # the commands docs/gpu_cluster.md shows
 
@@ -40,6 +44,12 @@ def doc_commands(nodes: int, cpus_per_node: int) -> list[str]:
     environment = " ".join(f"{key}={value}" for key, value in AUTH.items())
     return [f"{environment} {shlex.join(node_command(node, DOC_BASE_PORT, cpus_per_node, 1, DOC_TEMP_ROOT))}"
             for node in range(nodes)]
+
+
+def exit_on_signal(signum, frame) -> None:
+    """SIGTERM or SIGHUP ends the script as an exception does: the run is killed and the cluster stopped (a
+    SIGKILL is the cluster's watchdog's to handle)."""
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,31 +63,41 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(doc_commands(args.nodes, args.cpus_per_node)))
         return 0
 
-    # the nodes' processes import this checkout (as the driver does), whatever is installed
-    cluster = LocalCluster(nodes=args.nodes, num_cpus=args.cpus_per_node, num_gpus=1,
-                           env={"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
-    started = time.perf_counter()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, exit_on_signal)
+    cluster = None
     try:
-        cluster.start()
-        up_s = time.perf_counter() - started
-        names = cluster.node_names()
-        command = [sys.executable, str(REPO / "scripts" / "verl_cpu_smoke.py"), "--json", "--nodes", str(args.nodes),
-                   "--ranks", "1", *smoke_args]
-        result = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
-                                env=cluster.client_env())
-        if result.returncode != 0:
-            print(f"verl_cpu_cluster: the run on {args.nodes} nodes failed (exit {result.returncode})\n"
-                  f"{result.stderr[-6000:]}", file=sys.stderr)
-            return 1
-        summary = json.loads(result.stdout.strip().splitlines()[-1])
-        summary.update(cluster_up_s=round(up_s, 1), address=cluster.address,
-                       cluster_nodes={name: node_id for node_id, name in names.items()},
-                       placement=cluster.placement())
-        print(json.dumps(summary))
-        return 0
+        # the nodes' processes import this checkout (as the driver does), whatever is installed
+        cluster = LocalCluster(nodes=args.nodes, num_cpus=args.cpus_per_node, num_gpus=1, env={
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
+        return run_on(cluster, args.nodes, smoke_args)
+    except ClusterError as exc:  # no free ports, a node that did not start, Ray's state API unreachable
+        print(f"verl_cpu_cluster: {exc}", file=sys.stderr)
+        return 1
     finally:
-        cluster.stop()
+        if cluster is not None:
+            cluster.stop()
 
+
+def run_on(cluster: LocalCluster, nodes: int, smoke_args: list[str]) -> int:
+    """Start ``cluster``, run the smoke entry point on it and print its summary with the cluster's placement."""
+    started = time.perf_counter()
+    cluster.start()
+    up_s = time.perf_counter() - started
+    names = cluster.node_names()
+    command = [sys.executable, str(REPO / "scripts" / "verl_cpu_smoke.py"), "--json", "--nodes", str(nodes),
+               "--ranks", "1", *smoke_args]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=cluster.client_env())
+    if result.returncode != 0:
+        print(f"verl_cpu_cluster: the run on {nodes} nodes failed (exit {result.returncode})\n"
+              f"{result.stderr[-6000:]}", file=sys.stderr)
+        return 1
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    summary.update(cluster_up_s=round(up_s, 1), address=cluster.address,
+                   cluster_nodes={name: node_id for node_id, name in names.items()},
+                   placement=cluster.placement())
+    print(json.dumps(summary))
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,12 +9,18 @@ start time (from /proc, so a reused pid is never mistaken for one of them); when
 SIGTERM to every recorded process still alive and to their descendants, SIGKILL to those left after
 :data:`GRACE_S`, and exits. After a clean exit nothing is left to end.
 
+The one-machine cluster (cpu/local_cluster.py) uses the same watchdog for processes that are not the driver's
+descendants (``ray start`` daemonises them): ``--marker NAME=value`` also ends every process whose environment
+holds that entry (:func:`processes_with`), and ``--remove DIR`` deletes the cluster's temp folder afterwards.
+
 Linux only (it reads /proc); elsewhere :func:`start_reaper` does nothing and ``ray stop`` ends a local cluster.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -81,27 +87,51 @@ def end_processes(recorded: set[Identity], grace_s: float = GRACE_S) -> None:
             time.sleep(0.1)
 
 
-def watch(driver: int) -> None:
-    """Record the driver's descendants until it is gone, then end them."""
+def processes_with(marker: str, proc: Path = Path("/proc")) -> set[Identity]:
+    """The processes (pid, start time) whose environment holds ``marker`` (``NAME=value``)."""
+    needle = marker.encode() + b"\0"
+    found = set()
+    for pid, (_, start) in process_table(proc).items():
+        try:
+            environ = (proc / str(pid) / "environ").read_bytes()
+        except OSError:  # ended, or not ours
+            continue
+        if environ.startswith(needle) or b"\0" + needle in environ:
+            found.add((pid, start))
+    return found
+
+
+def watch(driver: int, marker: str | None = None, remove: str | None = None) -> None:
+    """Record the driver's descendants until it is gone, then end them (and the processes holding ``marker``,
+    then delete the folder ``remove``)."""
     table = process_table()
-    if driver not in table:
-        return
-    identity, me = (driver, table[driver][1]), (os.getpid(), table[os.getpid()][1])
-    recorded: set[Identity] = set()
-    while alive({identity}, table) and os.getppid() == driver:
-        recorded = (alive(recorded, table) | descendants(table, {driver})) - {me}
-        time.sleep(POLL_S)
-        table = process_table()
-    end_processes(recorded)
+    if driver in table:
+        identity, me = (driver, table[driver][1]), (os.getpid(), table[os.getpid()][1])
+        recorded: set[Identity] = set()
+        while alive({identity}, table) and os.getppid() == driver:
+            recorded = (alive(recorded, table) | descendants(table, {driver})) - {me}
+            time.sleep(POLL_S)
+            table = process_table()
+        end_processes(recorded)
+    if marker is not None:
+        end_processes(processes_with(marker))
+    if remove is not None:
+        shutil.rmtree(remove, ignore_errors=True)
 
 
-def start_reaper() -> subprocess.Popen | None:
+def start_reaper(marker: str | None = None, remove: str | None = None) -> subprocess.Popen | None:
     """Start the watchdog of this process (see the module's docstring); None where /proc does not exist."""
     if not Path("/proc/self/stat").exists():
         return None
-    return subprocess.Popen([sys.executable, "-m", __name__, str(os.getpid())], start_new_session=True,
+    extra = ([f"--marker={marker}"] if marker else []) + ([f"--remove={remove}"] if remove else [])
+    return subprocess.Popen([sys.executable, "-m", __name__, str(os.getpid()), *extra], start_new_session=True,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 if __name__ == "__main__":
-    watch(int(sys.argv[1]))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("driver", type=int)
+    parser.add_argument("--marker")
+    parser.add_argument("--remove")
+    args = parser.parse_args()
+    watch(args.driver, args.marker, args.remove)

@@ -7,17 +7,27 @@ placement-group bundles ask 10 CPUs each, see recipe/forge/engines/verl/cpu/sett
 ``RAY_ADDRESS=`` :attr:`LocalCluster.address` and ``trainer.nnodes`` equal to the number of nodes.
 
 Scoped, so that it can run next to other Ray instances on the same machine: every node has its own temp folder
-and its own ports (from ``base_port`` up, :func:`node_ports`), and every process ``ray start`` brings up carries
-``SLEA_RL_RAY_CLUSTER=<token>`` in its environment (Ray's daemons and the worker processes they start inherit
-it). :meth:`LocalCluster.stop` ends exactly the processes carrying its token; ``ray stop`` would end every Ray
-process of the user on the machine, other clusters included. Linux only (it reads /proc).
+and its own ports (from ``base_port`` up, :func:`node_ports`; :func:`free_base_port` finds a free range for any
+node count that fits below the kernel's ephemeral ports, else says how many are needed), and every process
+``ray start`` brings up carries ``SLEA_RL_RAY_CLUSTER=<marker>`` in its environment (Ray's daemons and the worker
+processes they start inherit it). :meth:`LocalCluster.stop` ends exactly the processes carrying its marker and
+deletes its temp folder; ``ray stop`` would end every Ray process of the user on the machine, other clusters
+included. A watchdog (recipe/forge/engines/verl/reaper.py) does the same when the process that started the
+cluster dies, however it dies (SIGKILL included).
+
+Authentication: Ray 2.60's token (``RAY_AUTH_MODE=token``) is the cluster's own, generated here into
+``<temp folder>/auth_token``, readable by its owner only (the folder too), and given to every node and client by
+``RAY_AUTH_TOKEN_PATH``: nothing depends on ``~/.ray/auth_token`` (a fresh machine has none), nothing is written
+there, and another user of the machine cannot read it. Linux only (it reads /proc).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -26,7 +36,7 @@ import time
 import uuid
 from pathlib import Path
 
-from recipe.forge.engines.verl.reaper import end_processes, process_table
+from recipe.forge.engines.verl.reaper import end_processes, processes_with, start_reaper
 
 MARKER = "SLEA_RL_RAY_CLUSTER"
 HEAD_PORTS = ("port", "ray-client-server-port", "dashboard-port")  # the head node's own
@@ -78,27 +88,29 @@ def ports_free(first: int, count: int) -> bool:
     return True
 
 
-def free_base_port(nodes: int, start: int = 20000, stop: int = 30000) -> int:
-    """A base port whose whole range (:func:`node_ports` of ``nodes`` nodes) is free now."""
+def ephemeral_ports_start(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> int:
+    """The first port the kernel hands out for outgoing connections (a cluster's ports stay below it)."""
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def free_base_port(nodes: int, start: int = 20000, stop: int | None = None) -> int:
+    """A base port whose whole range (:func:`node_ports` of ``nodes`` nodes) is free now, searched in blocks from
+    a point that depends on this process (so that two clusters started at once seldom try the same block) round
+    to where it began; ClusterError when the range cannot hold that many nodes or no block is free."""
+    stop = min(ephemeral_ports_start(), 65536) if stop is None else stop
     count = len(HEAD_PORTS) + nodes * PORTS_PER_NODE
-    for first in range(start + os.getpid() % 50 * count, stop - count, count):
+    blocks = list(range(start, stop - count + 1, count))
+    if not blocks:
+        raise ClusterError(f"{nodes} nodes need {count} consecutive ports ({PORTS_PER_NODE} a node); only "
+                           f"{max(0, stop - start)} lie between {start} and {stop} (below the ephemeral ports)")
+    turn = os.getpid() % len(blocks)
+    for first in blocks[turn:] + blocks[:turn]:
         if ports_free(first, count):
             return first
     raise ClusterError(f"no {count} free consecutive ports between {start} and {stop}")
-
-
-def processes_with(marker: str, proc: Path = Path("/proc")) -> set[tuple[int, int]]:
-    """The processes (pid, start time) whose environment holds ``marker`` (``NAME=value``)."""
-    needle = marker.encode() + b"\0"
-    found = set()
-    for pid, (_, start) in process_table(proc).items():
-        try:
-            environ = (proc / str(pid) / "environ").read_bytes()
-        except OSError:  # ended, or not ours
-            continue
-        if environ.startswith(needle) or b"\0" + needle in environ:
-            found.add((pid, start))
-    return found
 
 
 class LocalCluster:
@@ -111,8 +123,15 @@ class LocalCluster:
         self.nodes, self.num_cpus, self.num_gpus = nodes, num_cpus, num_gpus
         self.base_port = free_base_port(nodes) if base_port is None else base_port
         self.temp_root = tempfile.mkdtemp(prefix="slea_ray_", dir="/tmp")  # short: Ray's socket paths are limited
-        self.token = uuid.uuid4().hex
-        self.env = {**os.environ, **(env or {}), **AUTH, MARKER: self.token}  # every node process's environment
+        self.token = uuid.uuid4().hex  # the marker of this cluster's processes
+        self.auth_token_file = Path(self.temp_root) / "auth_token"
+        descriptor = os.open(self.auth_token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as token:
+            token.write(secrets.token_hex(32))  # Ray's own format: 256 random bits
+        self.env = {**os.environ, **(env or {}), **AUTH, "RAY_AUTH_TOKEN_PATH": str(self.auth_token_file),
+                    MARKER: self.token}  # every node process's environment
+        self.env.pop("RAY_AUTH_TOKEN", None)  # it would win over the cluster's own token file
+        self.watchdog: subprocess.Popen | None = None
         self.ray_cli = str(Path(sys.executable).with_name("ray"))  # this environment's Ray
         self.commands = [node_command(node, self.base_port, num_cpus, num_gpus, self.temp_root) for node in range(nodes)]
 
@@ -143,7 +162,8 @@ class LocalCluster:
         return {**self.env, "RAY_ADDRESS": self.address}
 
     def start(self) -> LocalCluster:
-        """Run the ``ray start`` commands in order and wait until Ray lists every node alive."""
+        """Start the watchdog, run the ``ray start`` commands in order and wait until Ray lists every node alive."""
+        self.watchdog = start_reaper(marker=f"{MARKER}={self.token}", remove=self.temp_root)
         for node, command in enumerate(self.commands):
             result = subprocess.run([self.ray_cli, *command[1:]], env=self.env, capture_output=True, text=True)
             if result.returncode != 0:
@@ -184,8 +204,14 @@ class LocalCluster:
                            f" (last state API error: {last_error})")
 
     def stop(self) -> None:
-        """End every process of this cluster (those carrying its token), SIGTERM then SIGKILL."""
+        """End every process of this cluster (those carrying its marker), SIGTERM then SIGKILL, delete its temp
+        folder (its token with it) and end its watchdog. Safe to call again."""
         end_processes(processes_with(f"{MARKER}={self.token}"))
+        shutil.rmtree(self.temp_root, ignore_errors=True)
+        if self.watchdog is not None:
+            self.watchdog.terminate()
+            self.watchdog.wait()
+            self.watchdog = None
 
     def __enter__(self) -> LocalCluster:
         return self.start()
