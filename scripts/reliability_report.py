@@ -1,6 +1,6 @@
 """Reliability report: what a hostile user can feed in (issue 14), attacked in bounded time and counted.
 
-    python scripts/reliability_report.py --json           # one JSON line of counts (about 2-4 min on 2 cores)
+    python scripts/reliability_report.py --json           # one JSON line of counts (about 10 min on 2 cores)
     python scripts/reliability_report.py --quick --json   # fewer repetitions (tests/foundation runs this)
 
 Attacks and what each count means (the goal: every fault caught):
@@ -37,6 +37,23 @@ counts mean and what "caught" is):
 * verl driver (``verl_driver``): a killed driver's Ray processes, a resumed verl metrics file;
 * readers (issue 24; ``trajectory_viewer``, ``library_diff``): hostile model text and bad inputs on the trajectory
   page (slea-rl-trajectories) and in ``slea-rl-library diff``.
+
+Issue 35's attacks (a received checkpoint or run folder, bounded inputs, silent failures, the cluster helper):
+
+* received (``received``): planted pickles in every checkpoint file a command or resume reads; a run folder
+  whose Hydra records name another endpoint, a secret, interpolations, code and an alias bomb; refused
+  commands' records; eval's and export's output folders; damaged weights;
+* bounded inputs (``bounded_inputs``): 5,000-digit integers and 100,000-deep lines in every JSON reader, a
+  library diff with next_id 10^18, malformed and oversized image observations;
+* run lifecycle (``run_lifecycle``): an endpoint answering only garbage, trainers started from Python on a held
+  folder;
+* cluster (``cluster``): the Ray cluster helper on a fresh machine, SIGKILLed (and SIGTERMed) mid-run, its port
+  search for 5 to 250 nodes.
+
+The report is the list ``ATTACKS`` (reliability_attacks.Attack: the attack, its "caught" condition, the totals
+its counts feed); the JSON holds every count, ``caught`` (each attack's verdict), the totals ``total_code_ran``,
+``total_secrets_sent_or_written``, ``total_runs_lost_or_mistaken``, ``total_tracebacks``,
+``total_processes_left`` and ``total_hangs``, and ``all_caught``: every verdict true and every total 0.
 """
 
 from __future__ import annotations
@@ -61,7 +78,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from reliability_attacks import REPO, compose_shipped  # noqa: E402
+from reliability_attacks import REPO, TOTALS, Attack, add_totals, compose_shipped  # noqa: E402
+from reliability_attacks import bounded_inputs, cluster, received, run_lifecycle  # noqa: E402
+from recipe.forge.testing.received import RunsCode, small_system  # noqa: E402
 from reliability_attacks.library_diff import attack_library_diff  # noqa: E402
 from reliability_attacks.trajectory_viewer import attack_trajectory_page  # noqa: E402
 from reliability_attacks.endpoints import (attack_endpoint_faults, attack_exports,  # noqa: E402
@@ -128,36 +147,6 @@ def fork_and_kill(child, delay_s: float) -> None:
         time.sleep(0.01)
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
-
-
-class RunsCode:
-    """Unpickling this creates ``marker``: what a replaced checkpoint file could do on resume."""
-
-    def __init__(self, marker: Path):
-        self.marker = marker
-
-    def __reduce__(self):
-        return os.system, (f"touch {self.marker}",)
-
-
-def small_system(seed: int = 0, checkpoint_dir: str | None = None):
-    """An ExperienceSystem with entries in every level and a few clusters (no model)."""
-    from recipe.forge.config_schema import ForgeConfig
-    from recipe.forge.experience import ExperienceSystem
-    from recipe.forge.experience.library import LEVELS, Candidate
-
-    rng = random.Random(seed)
-    system = ExperienceSystem.from_config(ForgeConfig(warmup_iterations=0, min_library_size=0,
-                                                      checkpoint_dir=checkpoint_dir))
-    for n in range(12):
-        cid = system.index.assign(f"room {n % 4} holds a {rng.choice(['key', 'box', 'lamp'])} and door {n}", n)
-        zone = "golden" if n % 2 else "warning"
-        level = LEVELS[zone][n % 3]
-        system.library.admit(Candidate(f"lesson {n}: {'open' if n % 2 else 'avoid'} door {n} {rng.random():.6f}",
-                                       zone, level, float(n), task=f"task {n}", key=f"room {n % 4}",
-                                       cluster_ids=[cid]), n)
-    system.iteration, system.version = 12, 12
-    return system
 
 
 # ------------------------------------------------------------------------------------------------ attacks
@@ -592,11 +581,8 @@ def attack_appworld() -> dict:
 
 # ------------------------------------------------------------------------------------------------ main
 
-def report(quick: bool) -> dict:
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("WANDB_MODE", "disabled")
-    started = time.perf_counter()
+def issue_14_attacks(quick: bool) -> dict:
+    """The counts of issue 14's attacks (this file): config, library files, kills, writers, fuzz, workers, resumes."""
     result: dict = {}
     result.update(attack_config(timing=not quick))
     result.update(attack_library(byte_damages=10 if quick else 30))
@@ -607,22 +593,18 @@ def report(quick: bool) -> dict:
     result.update(attack_workers())
     result.update(attack_appworld())
     result.update(attack_resume_kills(kills=2 if quick else 5, iterations=3 if quick else 6))
-    result.update(issue_23_attacks(quick))
-    result.update(issue_24_attacks(quick))
-    result["seconds"] = round(time.perf_counter() - started, 1)
     return result
 
 
-def all_caught(r: dict) -> bool:
-    """The issue's goal: every fault caught."""
+def issue_14_caught(r: dict) -> bool:
+    """Issue 14's goal: every fault caught."""
     return (r["config_clean_errors"] == r["config_faults"] and r["config_errors_after_model_load"] == 0
             and r["library_clean_errors"] == r["damaged_library_files"] and r["library_half_restored"] == 0
             and r["unloadable_after_kill"] == 0 and r["fuzz_crashes"] == 0
             and r["resume_lost_or_duplicated_lines"] == 0 and r["tensorboard_duplicate_steps"] == 0
             and not r["code_executed_on_resume"] and r["concurrent_save_failures"] == 0
             and r["worker_faults_contained"] == r["worker_faults"]
-            and r["appworld_attacks_contained"] == r["appworld_attacks"]
-            and issue_23_caught(r) and issue_24_caught(r))
+            and r["appworld_attacks_contained"] == r["appworld_attacks"])
 
 
 def issue_23_attacks(quick: bool) -> dict:
@@ -672,6 +654,50 @@ def issue_23_caught(r: dict) -> bool:
             and r["server_up_after"] == 1 and r["largest_answer_bytes"] < 50_000_000
             and r["ray_processes_left"] == 0 and r["verl_resume_lost_or_duplicated_lines"] == 0
             and r["ray_processes_below_killed_driver"] > 0 and r["ray_cluster_below_driver"] == 1)
+
+
+# ------------------------------------------------------------------------------------------------ main
+
+# Every attack of the report, in the order it runs. To add one: write ``attack_x(quick) -> dict`` (its counts, names
+# not used elsewhere) in a module of reliability_attacks/ and append ``Attack(attack_x, caught, totals)`` here.
+ATTACKS = [
+    Attack(issue_14_attacks, issue_14_caught,
+           {"code_ran": ("code_executed_on_resume",), "tracebacks": ("fuzz_crashes",),
+            "runs_lost_or_mistaken": ("resume_lost_or_duplicated_lines", "unloadable_after_kill")}),
+    Attack(issue_23_attacks, issue_23_caught,
+           {"tracebacks": ("tracebacks", "write_fault_tracebacks"), "processes_left": ("ray_processes_left",),
+            "runs_lost_or_mistaken": ("runs_lost", "user_files_deleted", "user_files_changed",
+                                      "verl_resume_lost_or_duplicated_lines")}),
+    Attack(issue_24_attacks, issue_24_caught, {"tracebacks": ("trajectory_tracebacks", "diff_tracebacks")}),
+    *received.ATTACKS, *bounded_inputs.ATTACKS, *run_lifecycle.ATTACKS, *cluster.ATTACKS,
+]
+
+
+def run_attacks(attacks: list[Attack], quick: bool) -> dict:
+    """Every attack's counts, ``caught`` (each attack's verdict by name) and the totals they feed."""
+    result: dict = {"caught": {}}
+    for attack in attacks:
+        counts = attack.run(quick)
+        assert not set(counts) & set(result), f"{attack.name} reuses a count's name"
+        result.update(counts)
+        result["caught"][attack.name] = bool(attack.caught(counts))
+    return add_totals(result, attacks)
+
+
+def report(quick: bool) -> dict:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    started = time.perf_counter()
+    result = run_attacks(ATTACKS, quick)
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    return result
+
+
+def all_caught(r: dict) -> bool:
+    """Every attack's faults caught, and every total (code run, secrets sent or written, runs lost or mistaken,
+    tracebacks, processes left, hangs) 0."""
+    return all(r["caught"].values()) and all(r[f"total_{total}"] == 0 for total in TOTALS)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,5 @@
-"""scripts/reliability_report.py: a fast subset of its attacks, held to the goals of issues 14 and 23 (every fault caught),
-so CI keeps the report honest. The full report (``--json``) adds the command-line timing, more repetitions and
+"""scripts/reliability_report.py: a fast subset of its attacks, held to the goals of issues 14, 23, 24 and 35 (every
+fault caught, every total 0), so CI keeps the report honest. The full report (``--json``) adds the command-line timing, more repetitions and
 the kill-and-resume runs of the embedded engine (those are also tests of their own in tests/local_engine)."""
 
 from __future__ import annotations
@@ -66,6 +66,35 @@ def test_issue_24_readers_keep_hostile_text_inert(report):
     """The trajectory page and the library diff, fed scripts, handlers, terminal escapes and bad folders."""
     r = report.issue_24_attacks(quick=True)
     assert report.issue_24_caught(r), r
+
+
+def test_issue_35_attacks_are_all_caught(report):
+    """A received checkpoint or run folder (planted pickles, records naming another endpoint and a secret, an alias
+    bomb, refused commands' records, output folders, damaged weights), bounded inputs (huge integers, deep lines,
+    a huge next_id, malformed images), an endpoint answering garbage, trainers on a held folder, and the cluster
+    script SIGKILLed on a fresh machine (quick mode): every attack caught, every total 0."""
+    attacks = [a for a in report.ATTACKS if a.name not in ("issue_14_attacks", "issue_23_attacks", "issue_24_attacks")]
+    r = report.run_attacks(attacks, quick=True)
+    assert all(r["caught"].values()) and len(r["caught"]) == 9, r
+    assert all(r[f"total_{total}"] == 0 for total in report.TOTALS), r
+    assert r["checkpoint_code_attacks"] >= 5 and r["record_attacks"] >= 5 and r["cluster_runs"] == 1, r
+
+
+def test_the_totals_add_the_counts_each_attack_names(report):
+    from reliability_attacks import Attack
+
+    def one(quick):
+        return {"a_tracebacks": 2, "a_left": 1}
+
+    def two(quick):
+        return {"b_tracebacks": 1}
+
+    attacks = [Attack(one, lambda r: True, {"tracebacks": ("a_tracebacks",), "processes_left": ("a_left",)}),
+               Attack(two, lambda r: r["b_tracebacks"] == 0, {"tracebacks": ("b_tracebacks",)})]
+    r = report.run_attacks(attacks, quick=True)
+    assert r["caught"] == {"one": True, "two": False}
+    assert (r["total_tracebacks"], r["total_processes_left"], r["total_hangs"]) == (3, 1, 0)
+    assert not report.all_caught(r)
 
 
 def test_json_output_is_the_report_alone_whatever_the_attacked_runs_print(report, monkeypatch, capsys):

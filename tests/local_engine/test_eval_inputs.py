@@ -4,14 +4,13 @@ refused before anything is played, and damaged weights are one line naming the f
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
-from safetensors.torch import save_file
 
 from recipe.forge.hf.tiny import save_tiny_model_dir
 from recipe.forge.commands.eval.evaluate import main as eval_main
 from recipe.forge.main_forge import run
+from recipe.forge.testing.received import DAMAGED_WEIGHTS, damaged_copy
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -61,25 +60,10 @@ def test_an_output_folder_it_must_not_or_cannot_write_is_refused_before_anything
                                         *overrides], capsys)
 
 
-def _damaged(folder: Path, tmp_path: Path, how: str) -> Path:
-    copy = tmp_path / how.replace(" ", "_") / "global_step_1"
-    shutil.copytree(folder, copy)
-    weights = copy / "policy" / "model.safetensors"
-    if how == "truncated weights":
-        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-    elif how == "garbage weights":
-        weights.write_bytes(b"\xff" * 64)
-    elif how == "weights of another model":
-        import torch
-
-        save_file({"model.embed_tokens.weight": torch.zeros(3, 3)}, str(weights))
-    return copy
-
-
-@pytest.mark.parametrize("how", ["truncated weights", "garbage weights", "weights of another model"])
+@pytest.mark.parametrize("how", DAMAGED_WEIGHTS)
 def test_damaged_checkpoint_weights_are_one_line(tmp_path, checkpoint, capsys, how):
     folder, overrides, _ = checkpoint
-    source = _damaged(folder, tmp_path, how)
+    source = damaged_copy(folder, tmp_path / how.replace(" ", "_") / "global_step_1", how)
     err = refused([str(source), "--out", str(tmp_path / "out"), *overrides], capsys)
     assert str(source / "policy") in err and "cannot be loaded as the policy" in err
 

@@ -18,7 +18,7 @@ import torch
 from recipe.forge.hf.tiny import save_tiny_model_dir
 from recipe.forge.commands.eval.evaluate import main as eval_main
 from recipe.forge.commands.export import main as export
-from recipe.forge.testing.received import plant_code, write_verl_checkpoint
+from recipe.forge.testing.received import alias_bomb, plant_code, write_record, write_verl_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(600)
@@ -114,22 +114,6 @@ def api_overrides(out: Path, url: str, run_overrides) -> list[str]:
                                  "trainer.save_freq=1", "trainer.api.timeout_s=60"]
 
 
-def write_record(run: Path, overrides: list[str], config: str | None = None, started: bool = True,
-                 name: str = "2026-01-01_00-00-00_000000") -> Path:
-    """A Hydra record in ``run`` as slea-rl leaves one (``started``: of a run that passed its checks)."""
-    from omegaconf import OmegaConf
-
-    from recipe.forge.runs.records import mark_started
-
-    record = run / "hydra" / name
-    (record / ".hydra").mkdir(parents=True)
-    OmegaConf.save(OmegaConf.create(overrides), record / ".hydra" / "overrides.yaml")
-    (record / ".hydra" / "config.yaml").write_text(config if config is not None else "trainer:\n  engine: api\n")
-    if started:
-        mark_started(record)
-    return record
-
-
 def test_eval_of_a_received_run_never_takes_its_endpoint_credential_or_interpolations(
         tmp_path, stubs, run_overrides, compose_cfg, monkeypatch, capsys):
     """Before the fix eval applied the record's trainer.api.base_url and api_key_env: their stub received
@@ -182,9 +166,7 @@ def test_export_writes_a_records_interpolations_as_written_and_refuses_an_alias_
     assert "user:pw" not in manifest and '"wandb_api_key": "<redacted>"' in manifest
     assert "from " in capsys.readouterr().out  # says what it took from the record
 
-    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(8))
-    write_record(out, [], config=bomb, name="2026-01-02_00-00-00_000000")
+    write_record(out, [], config=alias_bomb(), name="2026-01-02_00-00-00_000000")
     with pytest.warns(UserWarning, match="anchors or aliases"):
         assert export([str(out / "global_step_1"), "--out", str(tmp_path / "export2")]) == 0
     assert json.loads((tmp_path / "export2" / "manifest.json").read_text())["config"] is None

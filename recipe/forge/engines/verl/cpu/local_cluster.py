@@ -96,17 +96,18 @@ def ephemeral_ports_start(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_ra
         return 32768  # Linux's default
 
 
-def free_base_port(nodes: int, start: int = 20000, stop: int | None = None) -> int:
+def free_base_port(nodes: int, start: int = 20000, stop: int | None = None, spread: int | None = None) -> int:
     """A base port whose whole range (:func:`node_ports` of ``nodes`` nodes) is free now, searched in blocks from
-    a point that depends on this process (so that two clusters started at once seldom try the same block) round
-    to where it began; ClusterError when the range cannot hold that many nodes or no block is free."""
+    a point set by ``spread`` (default: this process's pid, so that two clusters started at once seldom try the
+    same block) round to where it began; ClusterError when the range cannot hold that many nodes or no block is
+    free."""
     stop = min(ephemeral_ports_start(), 65536) if stop is None else stop
     count = len(HEAD_PORTS) + nodes * PORTS_PER_NODE
     blocks = list(range(start, stop - count + 1, count))
     if not blocks:
         raise ClusterError(f"{nodes} nodes need {count} consecutive ports ({PORTS_PER_NODE} a node); only "
                            f"{max(0, stop - start)} lie between {start} and {stop} (below the ephemeral ports)")
-    turn = os.getpid() % len(blocks)
+    turn = (os.getpid() if spread is None else spread) % len(blocks)
     for first in blocks[turn:] + blocks[:turn]:
         if ports_free(first, count):
             return first
