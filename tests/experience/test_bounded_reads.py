@@ -100,3 +100,25 @@ def test_the_diff_of_a_library_with_a_huge_next_id_ends_at_once(library, tmp_pat
     out = capsys.readouterr().out
     start = json.loads((checkpoint / "library" / "experience_library.json").read_text())["payload"]["library"]["next_id"]
     assert f"added then dropped {10**18 - start}" in out
+
+
+def test_a_search_corpus_or_qa_file_with_a_huge_integer_is_one_line(tmp_path):
+    from agent_system.environments.env_package.search.corpus import load_corpus
+    from agent_system.environments.env_package.search.qa_data import load_qa
+
+    corpus, qa = tmp_path / "corpus.jsonl", tmp_path / "qa.jsonl"
+    corpus.write_text('{"id": 1, "contents": "a"}\n' + f'{{"id": {HUGE}, "contents": "b"}}\n')
+    qa.write_text(DEEP + "\n")
+    for read, path, says in ((load_corpus, corpus, f"{corpus}:2 is not JSON this reads"),
+                             (load_qa, qa, f"{qa}:1 is nested too deeply")):
+        with pytest.raises(ValueError, match=re.escape(says)) as refused:
+            read(str(path))
+        assert "\n" not in str(refused.value)
+
+
+def test_a_model_reply_of_huge_or_deep_json_gives_the_llm_extractor_no_lessons_and_no_crash():
+    from recipe.forge.experience.extract_llm import parse_llm_output
+
+    assert parse_llm_output(f"[{HUGE}]", "golden") == ([], 1) and parse_llm_output(DEEP, "golden") == ([], 1)
+    assert parse_llm_output('[{"level": "principle", "text": "open the door"}]', "golden") == (
+        [("principle", "open the door")], 0)

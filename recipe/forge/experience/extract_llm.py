@@ -11,11 +11,11 @@ None): free text names no checkable action, so lesson_quality.py counts them as 
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Callable, Sequence
 
 from agent_system.environments.projection import valid_unicode
+from agent_system.json_input import loads as read_json
 from agent_system.multi_turn_rollout.protocols import StepRecord, TrajectoryRecord
 from recipe.forge.experience.bounds import cut, shorten
 from recipe.forge.experience.library import GOLDEN, LEVELS, WARNING, Candidate
@@ -97,8 +97,8 @@ def _json_items(reply: str) -> list[Any] | None:
         if start < 0 or end <= start:
             continue
         try:
-            value = json.loads(source[start : end + 1])
-        except json.JSONDecodeError:
+            value = read_json(source[start : end + 1], "the reply")  # any model text: huge numbers, deep nesting
+        except ValueError:
             continue
         if isinstance(value, list):
             return value

@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from agent_system.environments.episode import AgentEnv
+from agent_system.json_input import loads as read_json
 
 WIN_REWARD = 10.0
 BRIDGE = os.path.join(os.path.dirname(__file__), "bridge.py")
@@ -85,9 +86,13 @@ class AppworldEnv(AgentEnv):
         if not line:
             tail = self._stderr_tail()
             raise BridgeError(f"AppWorld bridge exited ({self._proc.poll()}): {tail}")
-        reply = json.loads(line)
-        if not reply.get("ok"):
-            raise BridgeError(reply.get("error", "unknown bridge error"))
+        try:
+            reply = read_json(line, "the AppWorld bridge's reply")
+        except ValueError as exc:  # something in the sandbox wrote to the protocol's stream
+            raise BridgeError(str(exc)) from None
+        if not isinstance(reply, dict) or not reply.get("ok"):
+            raise BridgeError(str(reply.get("error", "unknown bridge error")) if isinstance(reply, dict)
+                              else "the AppWorld bridge's reply is not an object")
         return reply
 
     def _read_reply(self, deadline: float) -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from agent_system.json_input import loads as read_json
+
 
 @dataclass(frozen=True)
 class Passage:
@@ -30,10 +32,7 @@ def load_corpus(path: str) -> list[Passage]:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
+            row = read_json(line, f"{path}:{lineno}")  # a ValueError of one line for anything but JSON it reads
             if not isinstance(row, dict) or not isinstance(row.get("contents"), str):
                 raise ValueError(f"{path}:{lineno}: a corpus row needs a string 'contents' field")
             passages.append(Passage(str(row.get("id", lineno - 1)), row["contents"]))

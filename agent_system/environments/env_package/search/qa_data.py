@@ -7,8 +7,9 @@ Search-R1's own files): ``question`` plus ``golden_answers`` (list) or ``reward_
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
+
+from agent_system.json_input import loads as read_json
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ def load_qa(path: str) -> tuple[QARow, ...]:
         records = [{k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in r.items()} for r in records]
     else:
         with open(path, encoding="utf-8") as f:
-            records = [json.loads(line) for line in f if line.strip()]
+            records = [read_json(line, f"{path}:{number}") for number, line in enumerate(f, 1) if line.strip()]
     rows = []
     for k, r in enumerate(records):
         where = f"{path} row {k}"
