@@ -2,7 +2,7 @@
 (scripts/verl_cpu_cluster.py on recipe/forge/engines/verl/cpu/local_cluster.py).
 
 On a machine without ``~/.ray`` (a fresh home folder), the script is started and, once its cluster is up and the
-run has begun, SIGKILLed (and, in the full report, SIGTERMed in a second start; recipe/forge/testing/clusters.py).
+run has begun, SIGKILLed (and, in the full report, SIGTERMed in a second start; recipe/forge/engines/verl/cpu/cluster_processes.py).
 ``cluster_processes_left`` counts the cluster's processes still running a minute later, ``cluster_temp_left``
 its temp folders left, ``cluster_token_readable`` token files or folders other users could read,
 ``cluster_home_written`` runs that wrote under ``~/.ray``, ``cluster_tracebacks`` scripts that ended in one. The
@@ -25,7 +25,7 @@ from reliability_attacks import Attack
 def attack_cluster_helper(quick: bool) -> dict:
     from recipe.forge.engines.verl.cpu import local_cluster
     from recipe.forge.engines.verl.cpu.local_cluster import ClusterError, free_base_port
-    from recipe.forge.testing.clusters import signal_the_cluster_script
+    from recipe.forge.engines.verl.cpu.cluster_processes import signal_the_cluster_script
 
     counts = {"cluster_runs": 0, "cluster_runs_up": 0, "cluster_processes_left": 0, "cluster_temp_left": 0,
               "cluster_token_readable": 0, "cluster_home_written": 0, "cluster_tracebacks": 0,

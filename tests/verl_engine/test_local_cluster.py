@@ -69,7 +69,7 @@ def test_the_cluster_script_on_a_fresh_machine_leaves_nothing_when_terminated(tm
     (tests/foundation/test_reliability_report.py)."""
     import signal
 
-    from recipe.forge.testing.clusters import signal_the_cluster_script
+    from recipe.forge.engines.verl.cpu.cluster_processes import signal_the_cluster_script
 
     outcome = signal_the_cluster_script(signal.SIGTERM, tmp_path / "home")
     assert outcome.came_up, outcome.output
