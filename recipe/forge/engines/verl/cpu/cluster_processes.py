@@ -18,7 +18,7 @@ import psutil
 from recipe.forge.engines.verl.cpu.local_cluster import MARKER
 from recipe.forge.engines.verl.reaper import end_processes, processes_with
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[5]
 
 
 @dataclass
