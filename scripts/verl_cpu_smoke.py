@@ -53,14 +53,34 @@ RAY_WORKER_LINE = re.compile(r"^(\x1b\[[0-9;]*m)?\((\w+ )?(pid=\d+|raylet\b)")
 MINI_BATCH_TASKS = 2  # actor_rollout_ref.actor.ppo_mini_batch_size: tasks per optimizer step
 
 
+def mini_batch_tasks(args: argparse.Namespace) -> int:
+    """Tasks per optimizer step: MINI_BATCH_TASKS, or in separate_async one task group per local update
+    (verl's rule: train_batch_size = parameter_sync_step x ppo_mini_batch_size)."""
+    return 1 if args.async_mode == "separate_async" else MINI_BATCH_TASKS
+
+
 def micro_batch_size(args: argparse.Namespace) -> int:
-    """The largest micro-batch that divides every rank's share: a mini-batch is MINI_BATCH_TASKS x group size rows,
-    split equally among the ranks x nodes data-parallel ranks (recipe/forge/engines/verl/batch_layout.py)."""
-    rows, ranks = MINI_BATCH_TASKS * args.group_size, args.ranks * args.nodes
+    """The largest micro-batch that divides every rank's share: a mini-batch is :func:`mini_batch_tasks` x group
+    size rows, split equally among the ranks x nodes data-parallel ranks (recipe/forge/engines/verl/batch_layout.py)."""
+    tasks = mini_batch_tasks(args)
+    rows, ranks = tasks * args.group_size, args.ranks * args.nodes
     if rows % ranks:
-        raise SystemExit(f"verl_cpu_smoke: a mini-batch of {MINI_BATCH_TASKS} tasks x {args.group_size} copies = "
+        raise SystemExit(f"verl_cpu_smoke: a mini-batch of {tasks} tasks x {args.group_size} copies = "
                          f"{rows} rows cannot be shared by {ranks} ranks (--ranks x --nodes); change --group-size")
     return rows // ranks
+
+
+def async_overrides(args: argparse.Namespace) -> list[str]:
+    """verl's trainer mode; separate_async's rollout gets one logical GPU of its own (a standalone hf server, its
+    weights through the object store) and the trainer one local update per task group (parameter_sync_step =
+    tasks)."""
+    if args.async_mode is None:
+        return []
+    overrides = [f"trainer.v1.trainer_mode={args.async_mode}"]
+    if args.async_mode == "separate_async":
+        overrides += ["actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1",
+                      f"trainer.v1.separate_async.parameter_sync_step={args.tasks}"]
+    return overrides
 
 
 def run_overrides(args: argparse.Namespace, model_path: str, out: Path) -> list[str]:
@@ -75,7 +95,7 @@ def run_overrides(args: argparse.Namespace, model_path: str, out: Path) -> list[
         "actor_rollout_ref.rollout.prompt_length=512", f"actor_rollout_ref.rollout.response_length={args.response_length}",
         # verl pads the step rows to a multiple of ppo_mini_batch_size x rollout.n and gives each rank an equal
         # share; micro-batches must divide a rank's share of a mini-batch
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={MINI_BATCH_TASKS}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini_batch_tasks(args)}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
@@ -89,7 +109,7 @@ def run_overrides(args: argparse.Namespace, model_path: str, out: Path) -> list[
     ]
     if args.distill:
         overrides += ["algorithm.forge.use_distillation=true", "algorithm.forge.divergence_type=reverse_kl"]
-    return overrides + list(args.overrides)
+    return overrides + async_overrides(args) + list(args.overrides)
 
 
 def advantage_abs_max(metrics: dict) -> float | None:
@@ -175,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=1, help="trainer.nnodes (on one machine: Ray's one node)")
     parser.add_argument("--agent-workers", type=int, default=1, help="actor_rollout_ref.rollout.agent.num_workers")
     parser.add_argument("--resume", action="store_true", help="resume from the latest checkpoint under --out")
+    parser.add_argument("--async", dest="async_mode", choices=["colocate_async", "separate_async"], default=None,
+                        help="verl's asynchronous trainer mode (trainer.v1.trainer_mode); default: sync")
     parser.add_argument("--model", choices=["tiny", "smollm2"], default="tiny")
     parser.add_argument("--out", default=None, help="run folder (default: a new temporary folder)")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides")

@@ -24,12 +24,18 @@ class SamplingParams:
 
 @dataclass
 class GenerationOutput:
-    """One generated response. Token ids exclude padding; ``logprobs[i]`` is log p(response_ids[i])."""
+    """One generated response. Token ids exclude padding; ``logprobs[i]`` is log p(response_ids[i]).
+
+    ``policy_versions``: (first, last) version of the weights that generated it, where the engine counts them
+    (the verl engine: the trainer's global step of the weights; a response resumed across a weight update has
+    first < last); ``interrupted``: the generator stopped it before its end (a partial rollout, to be resumed)."""
 
     text: str
     prompt_ids: list[int]
     response_ids: list[int]
     logprobs: list[float]
+    policy_versions: tuple[int, int] | None = None
+    interrupted: bool = False
 
 
 @runtime_checkable

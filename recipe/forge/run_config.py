@@ -9,7 +9,7 @@ verl's typed objects (the ``algorithm`` section, the embedded engine's actor, cr
 
 Sections by engine: every engine has ``algorithm``, ``env``, ``data``, ``trainer`` and ``composed``; the embedded
 and the prompt-only engines also ``rollout`` and ``local``; the embedded engine ``policy``; the prompt-only
-engine ``api``. verl's trainer reads its own keys from ``composed`` (recipe/forge/engines/verl/main.py).
+engine ``api``; the distributed engine ``verl``. verl's trainer reads its own keys from ``composed`` (recipe/forge/engines/verl/main.py).
 """
 
 from __future__ import annotations
@@ -99,6 +99,7 @@ class RunConfig:
     local: Any = None  # recipe.forge.engines.local.settings.LocalSettings
     policy: Any = None  # recipe.forge.engines.local.settings.PolicySection (embedded engine)
     api: Any = None  # recipe.forge.engines.api.settings.ApiSettings (prompt-only engine)
+    verl: Any = None  # recipe.forge.engines.verl.settings.VerlSettings (distributed engine)
 
     @property
     def group_size(self) -> int:
@@ -194,6 +195,10 @@ def check_run_config(cfg: DictConfig) -> tuple[str, Any, DataSection, dict[str, 
         sections["policy"] = read_policy_keys(reader)
     if engine in ("local", "verl"):  # the prompt-only engine's endpoint model cannot be inspected from here
         check_model_reads_images(env, MODEL_PATH, reader.text(MODEL_PATH))
+    if engine == "verl":
+        from recipe.forge.engines.verl.settings import read_verl
+
+        sections["verl"] = read_verl(reader)
     if engine == "api":
         from recipe.forge.engines.api.settings import read_api_settings
 

@@ -97,9 +97,14 @@ class HFGenerator:
 
     def generate_ids(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams,
                      streams: Sequence[SampleStream] | None = None,
-                     images: Sequence[PromptImages | None] | None = None) -> list[GenerationOutput]:
+                     images: Sequence[PromptImages | None] | None = None,
+                     interrupted: Callable[[], bool] | None = None) -> list[GenerationOutput]:
         """Decode a batch of tokenised prompts (``images``: their images, one entry a prompt, as :meth:`encode`
-        gives them); returns outputs in input order."""
+        gives them); returns outputs in input order.
+
+        ``interrupted`` is asked before every decoding step; once it answers True the rows still decoding stop
+        where they are and come back with ``interrupted=True`` (a partial rollout: the caller may resume them
+        later from prompt + tokens so far)."""
         rngs = None
         if streams is not None:
             for stream in streams:
@@ -108,11 +113,12 @@ class HFGenerator:
                 stream.draws += 1
             rngs = [stream.state for stream in streams]
         with torch.no_grad(), self.autocast():
-            return self._decode(prompts, sampling, rngs, images)
+            return self._decode(prompts, sampling, rngs, images, interrupted)
 
     def _decode(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams,
                 rngs: Sequence[torch.Generator] | None = None,
-                images: Sequence[PromptImages | None] | None = None) -> list[GenerationOutput]:
+                images: Sequence[PromptImages | None] | None = None,
+                interrupted: Callable[[], bool] | None = None) -> list[GenerationOutput]:
         bs = len(prompts)
         if bs == 0:
             return []
@@ -133,8 +139,12 @@ class HFGenerator:
         eos_ids = self.eos_ids.to(device)
         greedy = (not sampling.do_sample) or sampling.temperature <= 0
         temperature = 1.0 if greedy else float(sampling.temperature)
+        cut_short: set[int] = set()  # rows stopped by ``interrupted`` before their end
 
         for _ in range(sampling.max_new_tokens):
+            if interrupted is not None and interrupted():
+                cut_short = set(alive.tolist())
+                break
             logp = F.log_softmax(logits.float() / temperature, dim=-1)
             row_rngs = None if rngs is None else [rngs[row] for row in alive.tolist()]
             chosen = logp.argmax(dim=-1) if greedy else self._sample(logp, sampling, row_rngs)
@@ -167,7 +177,8 @@ class HFGenerator:
             self.model.train()
         return [
             GenerationOutput(text=self.response_prefix + self.tokenizer.decode(tokens[row], skip_special_tokens=True),
-                             prompt_ids=list(prompts[row]), response_ids=tokens[row], logprobs=logps[row])
+                             prompt_ids=list(prompts[row]), response_ids=tokens[row], logprobs=logps[row],
+                             interrupted=row in cut_short)
             for row in range(bs)
         ]
 

@@ -7,8 +7,10 @@ recipe/forge/main_forge.py dispatches here. :func:`run_verl`
 2. builds verl's config from the composed one and writes the task files verl's dataloader reads: one row per task, ``extra_info.seed`` being the environment
    seed of the task (training seeds drawn from ``env.seed``; validation seeds ``env.val_seed_offset + i``, never
    seen in training), ``agent_name=forge_agent``;
-3. points verl at the ``forge_agent`` loop and the ``forge`` trainer mode, with ``rollout.n = env.rollout.n``
-   (the G sessions of one prompt are the G environment copies of one task, so verl's uid is the task group);
+3. points verl at the ``forge_agent`` loop and at the forge trainer of the run's verl mode
+   (``trainer.v1.trainer_mode``: sync, colocate_async or separate_async; trainer.py), with ``rollout.n =
+   env.rollout.n`` (the G sessions of one prompt are the G environment copies of one task, so verl's uid is the
+   task group); in an async mode verl's rollout correction is on (async_mode.py);
 4. resolves ``trainer.device`` (``auto``: cuda when a CUDA device is visible or a Ray cluster is joined, else
    cpu) and, on the CPU, applies the CPU backend's settings (recipe/forge/engines/verl/cpu/settings.py);
 5. hands the loggers other than ``jsonl`` to verl's Tracking; ``<trainer.default_local_dir>/metrics.jsonl`` is
@@ -34,8 +36,8 @@ from agent_system.environments import base as env_base
 from recipe.forge.engines.verl.cpu.settings import (add_worker_env, apply_cpu_settings, resolve_device,
                                                     use_cpu_platform_in_this_process)
 from recipe.forge.engines.verl.agent_loop import AGENT_NAME
+from recipe.forge.engines.verl.async_mode import apply_async_settings, check_async_config
 from recipe.forge.engines.verl.reaper import start_reaper
-from recipe.forge.engines.verl.trainer import TRAINER_MODE
 from recipe.forge.engines.verl.worker_faults import unwrap
 from recipe.forge.run_config import RunConfig
 from recipe.forge.runs.run_length import training_tasks
@@ -91,6 +93,8 @@ def prepare_verl_config(run: RunConfig) -> DictConfig:
     """verl's config of the run, wired for the forge agent loop and trainer, with its task files written."""
     cfg = verl_config(run)
     device = resolve_device(cfg)
+    for change in apply_async_settings(cfg, run.verl.mode):
+        print(f"[slea-rl] verl {run.verl.mode}: {change}", flush=True)
     if device == "cpu":
         for change in apply_cpu_settings(cfg):
             print(f"[slea-rl] verl on the CPU: {change}", flush=True)
@@ -107,7 +111,7 @@ def prepare_verl_config(run: RunConfig) -> DictConfig:
         cfg.data.val_files = val_path
         cfg.actor_rollout_ref.rollout.agent.default_agent_loop = AGENT_NAME
         cfg.actor_rollout_ref.rollout.n = run.group_size
-        cfg.trainer.v1.trainer_mode = TRAINER_MODE
+        cfg.trainer.v1.trainer_mode = run.verl.registered_mode  # verl picks the forge trainer of the run's mode
         cfg.trainer.use_v1 = True
         cfg.trainer.engine = "verl"
         cfg.trainer.device = device

@@ -34,6 +34,8 @@ import transfer_queue as tq
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl import DataProto
 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
@@ -47,14 +49,13 @@ from recipe.forge.engines.verl.image_rows import image_metrics
 from recipe.forge.engines.verl.metrics_file import MetricsFileTee, metrics_file_tracker
 from recipe.forge.engines.verl.rollout_logprobs import has_rollout_log_probs, rollout_correction_runs
 from recipe.forge.engines.verl.row_codec import samples_from_rows
+from recipe.forge.engines.verl.settings import REGISTERED_MODES
 from recipe.forge.engines.verl.validation_dump import ValidationRowTap
 from recipe.forge.engines.verl.worker_faults import worker_died
 from recipe.forge.step_samples import (STEP_ESTIMATORS, samples_advantage, section_value, step_returns,
                                        token_level_scores)
 
 logger = logging.getLogger(__name__)
-
-TRAINER_MODE = "forge"
 
 
 STUDENT_TAG = "forge_student_of"  # tag of a distillation row: the key of the row it is the student view of
@@ -214,18 +215,21 @@ def _add_distillation_advantages(batch: KVBatchMeta, rows: BatchRows, computed: 
     metrics["forge/distill_logprob_gap"] = float(((student_lp - teacher_lp) * mask).sum() / mask.sum().clamp(min=1))
 
 
-@register_trainer(TRAINER_MODE)
-class ForgeTrainer(PPOTrainerSync):
-    """verl's sync trainer + step-level advantages, library evolution and forge metrics."""
+class ForgeTrainerLogic:
+    """SLEA-RL's part of the trainer, one logic over verl's V1 trainer modes: verl's mode class (sync,
+    colocate_async or separate_async) follows this one in each registered trainer's bases (below), and decides
+    where generation runs, when weights sync and how the replay buffer samples; this class adds step-level
+    advantages, the library's evolution and publication, versions and forge metrics through verl's hooks."""
 
-    # verl's base class branches on ``trainer_mode == "sync"`` (replay buffer, checkpoint contents, prompt
-    # submission). This trainer IS the synchronous trainer, so it reports "sync" to those branches while
-    # being registered under its own name.
+    verl_mode = "sync"  # the verl mode this trainer runs (each registered subclass sets its own)
     resumed_at = 0  # the step restored from a checkpoint (_load_checkpoint), 0 on a fresh start
 
+    # verl's base class branches on its ``trainer_mode`` (replay buffer, checkpoint contents, prompt submission,
+    # the mode's own section of trainer.v1). This trainer runs verl's mode ``verl_mode``, so it reports that mode
+    # to those branches while being registered under its own name.
     @property
     def trainer_mode(self) -> str:
-        return "sync"
+        return self.verl_mode
 
     @trainer_mode.setter
     def trainer_mode(self, value: str) -> None:
@@ -412,3 +416,27 @@ class ForgeTrainer(PPOTrainerSync):
             # step was validated, if due, before its checkpoint)
             self.config.trainer.val_before_train = False
         return result
+
+
+@register_trainer(REGISTERED_MODES["sync"])
+class ForgeTrainer(ForgeTrainerLogic, PPOTrainerSync):
+    """verl's synchronous trainer with SLEA-RL's step-level parts (``trainer.v1.trainer_mode=sync``)."""
+
+    verl_mode = "sync"
+
+
+@register_trainer(REGISTERED_MODES["colocate_async"])
+class ForgeColocateAsyncTrainer(ForgeTrainerLogic, PPOTrainerColocateAsync):
+    """verl's colocate_async trainer (partial rollouts on the training devices) with SLEA-RL's step-level parts."""
+
+    verl_mode = "colocate_async"
+
+
+@register_trainer(REGISTERED_MODES["separate_async"])
+class ForgeSeparateAsyncTrainer(ForgeTrainerLogic, PPOTrainerSeparateAsync):
+    """verl's separate_async trainer (standalone rollout devices) with SLEA-RL's step-level parts."""
+
+    verl_mode = "separate_async"
+
+
+TRAINERS = {cls.verl_mode: cls for cls in (ForgeTrainer, ForgeColocateAsyncTrainer, ForgeSeparateAsyncTrainer)}

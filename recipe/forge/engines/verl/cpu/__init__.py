@@ -8,6 +8,8 @@ process runs with ``VERL_PLATFORM=cpu``. The parts:
 * ``engines``: verl's FSDP2 language-model and value engines registered for device ``cpu``;
 * ``workers``: verl's actor/rollout/ref and critic workers that bring up a gloo process group first;
 * ``hf_rollout``: the ``hf`` rollout backend (replica, server actor, in-worker weight adapter);
+* ``object_store_engine``: the ``object_store`` checkpoint engine (weights to standalone rollout servers through
+  Ray's object store: verl's separate_async mode);
 * ``verl_private``: the only three places that reach past verl's public API (the third, the repacking of
   a vision-language batch's position ids, is not CPU-specific but has only been exercised here).
 
@@ -19,10 +21,12 @@ from __future__ import annotations
 
 
 def register() -> None:
-    """Register the cpu platform, the cpu FSDP engines and the hf rollout in verl's registries (idempotent)."""
+    """Register the cpu platform, the cpu FSDP engines, the hf rollout and the object_store checkpoint engine in
+    verl's registries (idempotent)."""
     import recipe.forge.engines.verl.cpu.platform  # noqa: F401  must come first: registers the platform
 
     import recipe.forge.engines.verl.cpu.engines  # noqa: F401
+    import recipe.forge.engines.verl.cpu.object_store_engine  # noqa: F401
     from recipe.forge.engines.verl.cpu import hf_rollout
     from recipe.forge.engines.verl.cpu.verl_private import install_position_ids_fix
 

@@ -7,7 +7,12 @@ same three parts as verl's own:
   ``generate`` calls. Concurrent requests (verl runs every episode of a worker as a coroutine) are gathered
   into batches and decoded together by the embedded engine's :class:`HFGenerator` (KV cache, stop strings,
   top-k/top-p), which returns the log-prob of each sampled token as ``log_softmax(logits / temperature)``:
-  the quantity verl's actor recomputes, so rollout and actor log-probs agree up to float error. A
+  the quantity verl's actor recomputes, so rollout and actor log-probs agree up to float error. Partial
+  rollouts (verl's async trainer modes) work as on verl's vLLM server: ``abort_all_requests`` closes the server's
+  gate and stops the batch being decoded after its current token, each of its requests returning the tokens so far
+  with ``stop_reason="aborted"`` (verl's FullyAsyncLLMServerClient resumes them from prompt + those tokens); a
+  request that arrives behind the closed gate waits until ``resume_generation`` (or, with ``reject_request``, is
+  answered "aborted" at once with no tokens). A
   vision-language policy (Qwen2.5-VL, Qwen3-VL) loads as the embedded engine loads it, with its processor; a
   request's ``image_data`` (the PIL images verl's agent loop processed into the prompt's pad tokens) goes through
   the same image processor and is decoded with the model's 3-D rotary positions, as the embedded engine decodes;
@@ -15,13 +20,16 @@ same three parts as verl's own:
   replica in hybrid mode (the actor workers are the replica's workers);
 * :class:`HFServerAdapter`, the in-worker ``BaseRollout`` the actor pushes weights through after each update:
   every rank reads the whole weight generator (materialising an FSDP2 shard is a collective), rank 0 of the
-  replica sends the full tensors to its server.
+  replica sends the full tensors to its server. A standalone replica (verl's separate_async mode) has its own
+  worker, verl's CheckpointEngineWorker, whose adapter receives the weights from a checkpoint engine (on a CPU the
+  object store, cpu/object_store_engine.py) and sends them to the server the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Generator, Optional
 
@@ -100,6 +108,9 @@ class HFRolloutServer:
         self.name = str(name)
         self._pending: list[_Request] = []
         self._worker: Optional[asyncio.Task] = None
+        self._gate: Optional[asyncio.Event] = None  # set: requests are admitted (made on the actor's event loop)
+        self._rejecting = False  # the closed gate answers late requests "aborted" instead of holding them
+        self._interrupt = threading.Event()  # asked by the decoding thread before every token
 
     # ----------------------------------------------------------------- generation
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str = "",
@@ -108,17 +119,30 @@ class HFRolloutServer:
             raise ValueError("the hf rollout server takes images, not videos")
         sampling = sampling_from_request(dict(sampling_params), self.response_length)
         images = self._prompt_images(image_data, prompt_ids) if image_data else None
+        gate = self._admission_gate()
+        while not gate.is_set():
+            if self._rejecting:
+                return self._token_output([], None, "aborted")
+            await gate.wait()
         request = _Request(list(prompt_ids), sampling, images, asyncio.get_running_loop().create_future())
         self._pending.append(request)
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._drain())
         output = await request.done
-        return TokenOutput(
-            token_ids=output.response_ids,
-            log_probs=output.logprobs,
-            stop_reason="completed",
-            extra_fields={"global_steps": self.global_steps, "rollout_server": self.name},
-        )
+        if output is None:  # aborted before its batch started
+            return self._token_output([], None, "aborted")
+        return self._token_output(output.response_ids, output.logprobs,
+                                  "aborted" if output.interrupted else "completed")
+
+    def _token_output(self, token_ids: list[int], log_probs: Optional[list[float]], stop_reason: str) -> TokenOutput:
+        return TokenOutput(token_ids=token_ids, log_probs=log_probs, stop_reason=stop_reason,
+                           extra_fields={"global_steps": self.global_steps, "rollout_server": self.name})
+
+    def _admission_gate(self) -> asyncio.Event:
+        if self._gate is None:
+            self._gate = asyncio.Event()
+            self._gate.set()
+        return self._gate
 
     def _prompt_images(self, image_data: list[Any], prompt_ids: list[int]) -> PromptImages:
         """The request's images processed for its prompt (whose pad tokens they must fill)."""
@@ -131,12 +155,14 @@ class HFRolloutServer:
         """Decode pending requests in batches of equal sampling settings until none is left."""
         while self._pending:
             await asyncio.sleep(0)  # let coroutines that are about to submit join this batch
+            if not self._pending:  # an abort answered them meanwhile
+                break
             sampling = self._pending[0].sampling
             batch = [r for r in self._pending if r.sampling == sampling][: self.max_batch_size]
             self._pending = [r for r in self._pending if not any(r is b for b in batch)]
             try:
                 outputs = await asyncio.to_thread(self.generator.generate_ids, [r.prompt_ids for r in batch], sampling,
-                                                  images=[r.images for r in batch])
+                                                  images=[r.images for r in batch], interrupted=self._interrupt.is_set)
             except Exception as error:  # every waiting request learns why
                 for r in batch:
                     r.done.set_exception(error)
@@ -182,10 +208,26 @@ class HFRolloutServer:
         return None
 
     async def abort_all_requests(self, reset_prefix_cache: bool = True, reject_request: bool = False) -> dict:
-        return {"aborted": 0}
+        """Close the gate; requests not yet decoding are answered "aborted" with no tokens, the batch being decoded
+        stops after its current token and answers with its tokens so far. Returns once no decoding runs, so a
+        weight update that follows never changes the weights under a decoding batch."""
+        self._admission_gate().clear()
+        self._rejecting = bool(reject_request)
+        waiting, self._pending = self._pending, []
+        for request in waiting:
+            request.done.set_result(None)
+        self._interrupt.set()
+        try:
+            if self._worker is not None:
+                await asyncio.wait([self._worker])
+        finally:
+            self._interrupt.clear()
+        return {"aborted_count": len(waiting)}
 
     async def resume_generation(self) -> None:
-        return None
+        """Open the gate again (after :meth:`abort_all_requests`)."""
+        self._rejecting = False
+        self._admission_gate().set()
 
     async def start_profile(self, **kwargs) -> None:
         return None
@@ -246,7 +288,10 @@ class HFServerAdapter(BaseRollout):
                              global_steps: Optional[int] = None, wire_format: str = "named_tensors", **kwargs):
         if wire_format != "named_tensors":
             raise ValueError(f"the hf rollout supports wire_format='named_tensors' only, got {wire_format!r}")
-        full = {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights}  # collective per tensor
+        if hasattr(weights, "__aiter__"):  # a checkpoint engine's receive_weights (standalone replicas)
+            full = {name: tensor.detach().to("cpu", copy=True) async for name, tensor in weights}
+        else:  # the actor's own weights (hybrid replicas): materialising each tensor is a collective
+            full = {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights}
         if not self.is_sender:
             return
         server = self._server_handle()

@@ -20,6 +20,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from agent_system.config_checks import ConfigError
+from recipe.forge.engines.verl.async_mode import BACKEND, CPU_BACKEND
+from recipe.forge.engines.verl.modes import verl_mode
 
 DEVICES = ("auto", "cpu", "cuda", "npu")
 FP32_MIXED_PRECISION = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
@@ -75,11 +77,22 @@ def apply_cpu_settings(cfg: DictConfig) -> list[str]:
             if old_plain != value:
                 changes.append(f"{key}: {old_plain!r} -> {value!r} ({why})")
             OmegaConf.update(cfg, key, value, merge=False, force_add=True)
+        separate = verl_mode(OmegaConf.select(cfg, "trainer.v1.trainer_mode")) == "separate_async"
+        if separate:
+            old = OmegaConf.select(cfg, BACKEND)
+            if old != CPU_BACKEND:
+                changes.append(f"{BACKEND}: {old!r} -> {CPU_BACKEND!r} (separate_async's weight sync: NCCL and its "
+                               "kin need a GPU, the weights go through Ray's object store)")
+            OmegaConf.update(cfg, BACKEND, CPU_BACKEND, merge=False)
         ray_init = cfg.ray_kwargs.ray_init
         if not joins_cluster(cfg):
-            # verl's resource pools count GPUs only: Ray gets one logical GPU per worker, and enough logical CPUs
-            # for verl's placement-group bundles (10 CPUs each), or the placement group never becomes ready
+            # verl's resource pools count GPUs only: Ray gets one logical GPU per worker (the standalone rollout's
+            # too), and enough logical CPUs for verl's placement-group bundles (10 CPUs each), or the placement
+            # group never becomes ready
             gpus = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes)
+            if separate:
+                rollout = cfg.actor_rollout_ref.rollout
+                gpus += int(rollout.n_gpus_per_node) * int(rollout.nnodes)
             ray_init.num_gpus = gpus
             ray_init.num_cpus = max(int(ray_init.get("num_cpus") or 0), 10 * gpus + 8)
         add_worker_env(cfg, {"VERL_PLATFORM": "cpu"})
