@@ -16,9 +16,14 @@ and reads the run's metrics.jsonl. Prints a table, or one JSON line with ``--jso
   whose copies ran in two workers), library_versions_seen, rollout_actor_logprob_diff_maxes, pg_losses and
   provider_queries.
 
+  The versions: async_mode (verl's trainer mode: sync, colocate_async, separate_async), staleness_max (the most
+  policy versions behind that any trained step was), library_versions (per iteration, the library versions its
+  trained steps were shown) and stale_steps_dropped (per iteration, steps of the task groups verl's staleness
+  bound dropped; None in the sync mode).
+
 Usage: python scripts/verl_cpu_smoke.py [--json] [--estimator forge|gigpo|grpo] [--iterations 2] [--distill]
        [--kl] [--save-freq N] [--resume] [--out DIR] [--model tiny|smollm2] [--ranks N] [--nodes N]
-       [--agent-workers N] [extra Hydra overrides ...]
+       [--agent-workers N] [--async colocate_async|separate_async] [extra Hydra overrides ...]
 
 --ranks N gives N FSDP2 ranks on gloo and, with tensor parallel size 1, N hf rollout replicas; micro-batch sizes
 are the largest that divide a rank's share (2 tasks x group size / (ranks x nodes) rows).
@@ -43,6 +48,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from recipe.forge.runs.tracking import read_metrics  # noqa: E402  (both engines write one format)
+from recipe.forge.engines.verl.versions import library_versions_of  # noqa: E402
 
 VALIDATION_FIGURES = ("success_rate", "num_trajectories", "lessons_checkable")
 
@@ -118,11 +124,17 @@ def advantage_abs_max(metrics: dict) -> float | None:
     return max(abs(value) for value in extremes) if extremes else None
 
 
-def summarise(history: list[dict], estimator: str, wall_s: float) -> dict:
+def summarise(history: list[dict], estimator: str, wall_s: float, async_mode: str | None = None) -> dict:
     last = history[-1] if history else {}
     second = history[1] if len(history) > 1 else {}
     gaps = [h["forge/rollout_actor_logprob_diff_max"] for h in history if "forge/rollout_actor_logprob_diff_max" in h]
+    staleness = [h["forge/staleness_max"] for h in history if "forge/staleness_max" in h]
     return {
+        # verl's trainer mode, and the versions the trained steps were generated with (versions.py)
+        "async_mode": async_mode or "sync",
+        "staleness_max": int(max(staleness)) if staleness else None,
+        "library_versions": [library_versions_of(h) for h in history],
+        "stale_steps_dropped": [_int(h.get("forge/stale_steps_dropped")) for h in history],
         # the layout the trainer ran with (verl's worker group, server manager, agent-loop manager, resource pool)
         "world_size": _int(last.get("forge/world_size")),
         "replicas": _int(last.get("forge/rollout_replicas")),
@@ -219,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"verl_cpu_smoke: the run failed (exit {result.returncode}); log: {log_path}; its last lines, "
               f"Ray's copies of worker logs left out:\n{tail}", file=sys.stderr)
         return 1
-    summary = summarise(read_metrics(metrics_path), args.estimator, wall_s)
+    summary = summarise(read_metrics(metrics_path), args.estimator, wall_s, args.async_mode)
     summary["log"] = str(log_path)
     if args.json:
         print(json.dumps(summary))

@@ -86,6 +86,7 @@ class StepExperience:
     entry_ids: tuple[str, ...] = ()
     fallback: bool = False  # served by the whole-library similarity fallback (the cluster had no experiences)
     placement: str = "system"
+    library_version: int | None = None  # the version of the library that served it (None: no library)
 
 
 @runtime_checkable
@@ -125,6 +126,12 @@ class StepRecord:
     admissible_actions: tuple[str, ...] = ()  # the actions the environment listed at ``anchor_obs``
     expert_action: str | None = None  # the environment's expert action at this state (None: it has no expert)
     experiences_dropped: int = 0  # retrieved entries left out so that the prompt fits rollout.prompt_length
+    # the versions the step was generated with (None: not counted): the policy's weights that began and finished its
+    # response (they differ when an asynchronous engine resumed it across a weight update), and the experience
+    # library it was shown (the provider's; None without a library)
+    policy_version: int | None = None
+    policy_version_last: int | None = None
+    library_version: int | None = None
 
 
 @runtime_checkable

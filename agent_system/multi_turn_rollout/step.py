@@ -117,4 +117,7 @@ def finish_step(prepared: PreparedStep, output: GenerationOutput, reward: float,
         admissible_actions=tuple(query.admissible_actions),
         expert_action=expert_action,
         experiences_dropped=prepared.experiences_dropped,
+        policy_version=None if output.policy_versions is None else int(output.policy_versions[0]),
+        policy_version_last=None if output.policy_versions is None else int(output.policy_versions[1]),
+        library_version=experience.library_version,
     )

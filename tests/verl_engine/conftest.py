@@ -92,10 +92,10 @@ def step_row(traj: str, step: int, reward: float, episode_reward: float, cluster
     uid = traj.split("-")[0]
     record = StepRecord(uid=uid, traj_uid=traj, step=step, anchor_obs=anchor_obs, messages=[], plain_messages=[],
                         response_text="", action="", prompt_ids=[], response_ids=[], logprobs=[], reward=reward,
-                        is_action_valid=valid, done=False, cluster_id=cluster_id)
+                        is_action_valid=valid, done=False, cluster_id=cluster_id, library_version=library_version)
     episode = TrajectoryRecord(uid=uid, traj_uid=traj, task="", task_type=None, steps=[], episode_reward=episode_reward,
                                success=episode_reward > 0 if success is None else success, length=0)
-    return row_from_record(record, episode, StepExtras(library_version=library_version))
+    return row_from_record(record, episode, StepExtras())
 
 
 @pytest.fixture(scope="session")

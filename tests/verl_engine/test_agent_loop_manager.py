@@ -147,6 +147,8 @@ def test_forge_agent_rows_reach_the_batch_and_the_trainer_step(verl_stack):
         assert 1 <= len(steps) <= MAX_STEPS
         assert steps[-1]["episode_reward"] == pytest.approx(sum(r["reward"] for r in steps))
         assert all(r["library_version"] == 0 for r in steps)
+        # the weights version the scripted server reports, as the first and last version of every response
+        assert all(r["policy_version"] == r["policy_version_last"] == 1 for r in steps)
         assert all(r["cluster_id"] is not None for r in steps)
     # the G copies of a task start from the same room
     for uid in set(uids):
@@ -174,7 +176,7 @@ def test_forge_agent_rows_reach_the_batch_and_the_trainer_step(verl_stack):
     # the trainer's advantage step on the stored rows equals the definition, grouped by the clusters that drove
     # retrieval in the worker
     metrics: dict = {}
-    advantage_step(with_old_log_probs(meta), forge, metrics)
+    advantage_step(with_old_log_probs(meta), forge, cfg, metrics)
     assert metrics["forge/rollout_actor_logprob_diff_max"] == 0.0
     stored = fetch(meta, ["advantages", "returns", "rm_scores", "response_mask"])
     mask = stored["response_mask"].to_padded_tensor(0)
@@ -251,7 +253,7 @@ def test_iteration_end_evolves_and_checkpoints_the_library(verl_stack, monkeypat
         return end_iteration(rows, iteration)
 
     monkeypatch.setattr(forge.library, "end_iteration", recorded_end_iteration)
-    metrics = forge.keep_iteration(rows)
+    metrics = forge.keep_iteration(rows, policy_version=1)
     episodes = {r["traj_uid"]: r["success"] for r in rows}
     assert metrics["num_trajectories"] == len(episodes) == TASKS * G
     assert metrics["success_rate"] == pytest.approx(sum(episodes.values()) / len(episodes))
@@ -296,11 +298,12 @@ def test_iteration_end_evolves_and_checkpoints_the_library(verl_stack, monkeypat
     assert len(fresh.library.system.library) == logged["forge/library_total_size"]
 
 
-def test_validation_runs_with_the_evolved_library_and_is_dumped(verl_stack, monkeypatch, tmp_path):
+def test_validation_runs_with_the_evolved_library_and_is_dumped(verl_stack, tmp_path):
     """ForgeSteps around one validation batch as verl's ``_validate`` submits and samples it (ForgeTrainer's
     validation hooks call it so): ``begin_validation`` publishes the library this iteration evolved (the rows
     record its version), the replay buffer tap keeps the batch's rows, and ``end_validation`` writes them as
     ``val/<global step>.jsonl``."""
+    import copy
     import json
 
     from verl.trainer.ppo.utils import create_rl_dataset
@@ -310,9 +313,9 @@ def test_validation_runs_with_the_evolved_library_and_is_dumped(verl_stack, monk
 
     cfg, tokenizer = verl_stack["cfg"], verl_stack["tokenizer"]
     dump = tmp_path / "rollouts"
-    with monkeypatch.context() as m:
-        m.setitem(cfg.trainer, "rollout_data_dir", str(dump))
-        forge = ForgeSteps(cfg, decode=tokenizer.decode)
+    driver_cfg = copy.deepcopy(cfg)  # the driver's config, with a dump folder (typed once per config object)
+    driver_cfg.trainer.rollout_data_dir = str(dump)
+    forge = ForgeSteps(driver_cfg, decode=tokenizer.decode)
     forge.begin_iteration(0)
     meta, _ = rollout(verl_stack, 0, global_steps=1)
     rows = [getattr(e, "data", e) for e in fetch(meta, ["extra_fields"]).pop("extra_fields").tolist()]
@@ -358,7 +361,7 @@ def test_validation_runs_with_the_evolved_library_and_is_dumped(verl_stack, monk
                                                  wrap=lambda buffer: ValidationRowTap(buffer, forge.keep_validation_batch))
     plain_rows = [getattr(e, "data", e) for e in fetch(meta, ["extra_fields"]).pop("extra_fields").tolist()]
     plain = forge.end_validation(1, "val_no_library")
-    assert {r["library_version"] for r in plain_rows} == {-1}  # nothing published: no library
+    assert {r["library_version"] for r in plain_rows} == {None}  # nothing published: no library
     assert all(not r["experience_ids"] and not r["experience_text"] for r in plain_rows)
     assert set(plain) == {k.replace("val/", "val_no_library/", 1) for k in metrics if not k.startswith("val/forge/")}
     assert plain["val_no_library/num_trajectories"] == metrics["val/num_trajectories"]

@@ -25,10 +25,11 @@ def make_rows():
             plain_messages=messages, response_text=f"<action>a{step}</action>", action=f"a{step}", prompt_ids=[],
             response_ids=[], logprobs=[], reward=reward, is_action_valid=valid, done=step == 1,
             admissible_actions=("push", f"wait{step}"), expert_action="push" if step == 0 else None,
+            library_version=0,
         )
         episode = TrajectoryRecord(uid=record.uid, traj_uid=traj, task="push the box", task_type=None, steps=[],
                                    episode_reward=ret, success=success, length=2)
-        return row_from_record(record, episode, StepExtras(library_version=0))
+        return row_from_record(record, episode, StepExtras())
 
     return [
         r("u-1", 1, 10.0, True, 9.9, True, "room B"), r("u-1", 0, -0.1, True, 9.9, True, "room A"),
@@ -78,7 +79,8 @@ def test_non_forge_estimators_have_no_library(run_config_factory):
     assert not driver.enabled
     driver.begin_iteration(3)  # nothing to publish
     assert driver.absorb(make_rows()) == [None] * 4
-    assert set(driver.end_iteration(make_rows(), 0)) == {"forge/reward_mean", "forge/reward_std", "forge/positive_ratio"}
+    assert set(driver.end_iteration(make_rows(), 0)) == {"forge/reward_mean", "forge/reward_std", "forge/positive_ratio",
+                                                         "forge/repeated_trajectories"}
 
 
 def test_run_verl_rejects_a_bad_config_before_starting_anything(run_config_factory, tmp_path):
@@ -124,7 +126,7 @@ def test_agent_loop_rows_carry_the_final_task_score_where_the_env_has_one(task_s
         return EpisodeStep(record, prepared.experience, view, outcome, generation, 0.1, None)
 
     first_score = None if task_score is None else 0.0
-    rows = episode_outputs([step(0, 0.0, first_score), step(1, 0.0, task_score)], 2, 0.5, eos_token_id=0)
+    rows = episode_outputs([step(0, 0.0, first_score), step(1, 0.0, task_score)], 0.5, eos_token_id=0)
     infos = [row.extra_fields["reward_extra_info"] for row in rows]
     if task_score is None:
         assert all("task_score" not in info for info in infos)
@@ -166,7 +168,7 @@ def test_agent_loop_rows_carry_the_expert_action_and_the_driver_reads_it_back():
         generation = ServerGeneration(output, has_logprobs=True, multi_modal_data=None, server_fields={})
         return EpisodeStep(record, prepared.experience, view, outcome, generation, 0.1, None)
 
-    rows = episode_outputs([step(0, "+"), step(1, None)], 2, 0.5, eos_token_id=0)
+    rows = episode_outputs([step(0, "+"), step(1, None)], 0.5, eos_token_id=0)
     assert [row.extra_fields["expert_action"] for row in rows] == ["+", None]
     [trajectory] = trajectories_from_rows([row.extra_fields for row in rows])
     assert [s.expert_action for s in trajectory.steps] == ["+", None]
@@ -182,8 +184,9 @@ def test_the_lesson_quality_of_an_iteration_reaches_the_driver_metrics(run_confi
     first = driver.end_iteration([dict(r, cluster_id=c) for r, c in zip(rows, driver.absorb(rows))], iteration=0)
     assert first["forge/library_precision"] == 0.5 and first["forge/lessons_checkable"] == 0.0
     entries = {e.level: e.entry_id for e in driver.system.library.all_entries()}
-    shown = [dict(r, experience_ids=[str(entries["example"]), str(entries["diagnostic"])] if i == 1 else [])
-             for i, r in enumerate(rows)]  # row 1 is u-1's first step
+    # the next iteration's episodes of the same task (new episode uids: the driver evolves on each episode once)
+    shown = [dict(r, experience_ids=[str(entries["example"]), str(entries["diagnostic"])] if i == 1 else [],
+                  traj_uid=r["traj_uid"] + "-next") for i, r in enumerate(rows)]  # row 1 is u-1's first step
     second = driver.end_iteration([dict(r, cluster_id=c) for r, c in zip(shown, driver.absorb(shown))], iteration=1)
     assert second["forge/lesson_precision"] == 0.5 and second["forge/lessons_checkable"] == 1.0
     assert second["forge/lesson_precision/example"] == 1.0 and second["forge/lesson_precision/diagnostic"] == 0.0
@@ -224,10 +227,10 @@ def two_workers_rows():
         record = StepRecord(uid=traj.rsplit("-", 1)[0], traj_uid=traj, step=step, anchor_obs=obs, messages=messages,
                             plain_messages=messages, response_text="<action>a</action>", action="a", prompt_ids=[],
                             response_ids=[], logprobs=[], reward=ret if step == 2 else 0.0, is_action_valid=True,
-                            done=step == 2, cluster_id=cluster)
+                            done=step == 2, cluster_id=cluster, library_version=1)
         episode = TrajectoryRecord(uid=record.uid, traj_uid=traj, task="push the box", task_type=None, steps=[],
                                    episode_reward=ret, success=ret > 0, length=3)
-        return row_from_record(record, episode, StepExtras(library_version=1, agent_worker=worker))
+        return row_from_record(record, episode, StepExtras(agent_worker=worker))
 
     base = PROVISIONAL_BASE
     rows = []

@@ -42,7 +42,7 @@ def record_b() -> StepRecord:
         plain_messages=[{"role": "user", "content": "other text"}], response_text="<action>wait</action>",
         action="wait", prompt_ids=[9], response_ids=[8, 7, 6], logprobs=[-1.0], reward=10.0, is_action_valid=False,
         done=True, cluster_id=12, experience_ids=(), info={}, admissible_actions=(), expert_action="go",
-        experiences_dropped=2,
+        experiences_dropped=2, policy_version=3, policy_version_last=4, library_version=2,
     )
 
 
@@ -56,8 +56,8 @@ def episode_b() -> TrajectoryRecord:
                             episode_reward=-0.2, success=False, length=5, failure_reason="step timeout")
 
 
-EXTRAS_A = StepExtras(library_version=-1, experience_text="", student_prompt_ids=None)
-EXTRAS_B = StepExtras(library_version=3, experience_text="Do: go",
+EXTRAS_A = StepExtras(experience_text="", student_prompt_ids=None)
+EXTRAS_B = StepExtras(experience_text="Do: go",
                       student_prompt_ids=[5, 6], agent_worker="node-1:4242", rollout_server="slea_rl_hf_server_1")
 
 

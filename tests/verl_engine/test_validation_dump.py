@@ -76,7 +76,7 @@ def test_verl_validation_rows_give_the_embedded_engines_lines(tmp_path):
     trajectories = [as_trajectory(steps, won) for steps, won in episodes]
     embedded = step_lines(trajectories, 4, decoded_prompt(decode), shown_entries(trajectories, lib))
 
-    outputs = [out for steps, _ in episodes for out in episode_outputs(steps, 1, 0.5, eos_token_id=0)]
+    outputs = [out for steps, _ in episodes for out in episode_outputs(steps, 0.5, eos_token_id=0)]
     rows = [{**out.extra_fields, "prompt_ids": list(out.prompt_ids)} for out in reversed(outputs)]  # any row order
     path = write_validation(RolloutDump(tmp_path, decoded_prompt(decode)), trajectories_from_rows(rows), 4, lib)
     assert path == tmp_path / "val" / "4.jsonl"

@@ -15,6 +15,9 @@ library at that moment and each episode ``t`` of the iteration that ended withou
   ``unshown_episodes`` += 1, and ``unshown_successes`` += 1 when ``t.success``;
 * otherwise ``t`` counts nothing for ``e``.
 
+An episode generated with an older library version (verl's async modes train such episodes) counts nothing for
+the entries added after that version: it could not have been shown them (``entries_before``).
+
 An episode counts at most once per entry, however many of its steps were shown the entry or visited its
 clusters. So ``shown_successes <= shown_episodes`` and ``unshown_successes <= unshown_episodes``. Episodes of
 warm-up iterations (the gates closed: no step is shown anything) count in the not-shown group of the entries
@@ -31,7 +34,7 @@ causal effect.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from agent_system.multi_turn_rollout.protocols import TrajectoryRecord
 from recipe.forge.experience.library import ExperienceLibrary
@@ -52,13 +55,21 @@ def episode_exposure(library: ExperienceLibrary, trajectory: TrajectoryRecord) -
     return shown, linked - shown
 
 
-def count_outcomes(library: ExperienceLibrary, trajectories: Sequence[TrajectoryRecord]) -> None:
-    """Add one iteration's episodes to the outcome counters of the library's entries (module docstring)."""
+def count_outcomes(library: ExperienceLibrary, trajectories: Sequence[TrajectoryRecord],
+                   entries_before: Callable[[TrajectoryRecord], int | None] | None = None) -> None:
+    """Add one iteration's episodes to the outcome counters of the library's entries (module docstring).
+
+    ``entries_before(t)``: the first entry id that was not in the library ``t`` was shown (None: every entry was);
+    an entry added after the episode's library version (an asynchronous engine trains episodes generated with an
+    older library) is not counted as visited without being shown."""
     for trajectory in trajectories:
         if trajectory.failure_reason is not None:
             continue
         won = int(bool(trajectory.success))
         shown, unshown = episode_exposure(library, trajectory)
+        bound = entries_before(trajectory) if entries_before is not None else None
+        if bound is not None:
+            unshown = {entry_id for entry_id in unshown if entry_id < bound}
         for entry_id in shown:
             entry = library.entries[entry_id]
             entry.shown_episodes += 1

@@ -138,6 +138,9 @@ class ExperienceSystem:
         self.view = view  # a snapshot-backed worker copy: provides, never evolves
         self.iteration = 0
         self.version = 0
+        # library version -> the library's next entry id while it was that version (begin_iteration marks it):
+        # entries at or above it were not in that version (outcome counting of episodes shown an older version)
+        self.entry_marks: dict[int, int] = {}
         self.stats = RetrievalStats()
         self.totals = dict.fromkeys(TOTALS, 0)
         self.provider = SystemProvider(self)
@@ -168,6 +171,14 @@ class ExperienceSystem:
     def begin_iteration(self, iteration: int) -> None:
         self.iteration = int(iteration)
         self.stats = RetrievalStats()
+        self.entry_marks[self.version] = self.library.next_id
+
+    def entries_before(self, trajectory: TrajectoryRecord) -> int | None:
+        """The first entry id that was not in the library version(s) ``trajectory``'s steps were shown (None:
+        unknown, or no version recorded)."""
+        marks = [self.entry_marks.get(s.library_version) for s in trajectory.steps if s.library_version is not None]
+        known = [mark for mark in marks if mark is not None]
+        return max(known) if known else None
 
     def provide(self, queries: Sequence[StepQuery]) -> list[StepExperience]:
         """Cluster every query (always, also in warm-up) and, once the gates are open, render experiences. Each
@@ -175,13 +186,14 @@ class ExperienceSystem:
         keys = [self.index.key(q.anchor_obs) for q in queries]
         cluster_ids = [self.index.assign(key, self.iteration) for key in keys]
         if not self.injecting:
-            return [StepExperience("", cid, (), placement=self.injection) for cid in cluster_ids]
+            return [StepExperience("", cid, (), placement=self.injection, library_version=self.version)
+                    for cid in cluster_ids]
         out = []
         for query, key, cid in zip(queries, keys, cluster_ids):
             found = self.retriever.retrieve(key, query.task, cid)
             text, shown = self.renderer.render(found.entries)
             out.append(StepExperience(text, cid, tuple(str(i) for i in shown), bool(found.fallback),
-                                      placement=self.injection))
+                                      placement=self.injection, library_version=self.version))
         return out
 
     def shown(self, experiences: Sequence[StepExperience]) -> None:
@@ -233,7 +245,8 @@ class ExperienceSystem:
         self._iteration_links = []
         self.stats = RetrievalStats.from_records(steps)
         self.absorb(steps)
-        count_outcomes(self.library, trajectories)  # on the driver's clusters, before this evolution's changes
+        # on the driver's clusters, before this evolution's changes
+        count_outcomes(self.library, trajectories, self.entries_before)
         shown = injected_level_stats(steps, self.library.entries)  # the library the steps were shown lessons from
         shown.update(injected_lesson_stats(steps, self.library.entries))
         result = evolve_library(

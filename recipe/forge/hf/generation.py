@@ -61,6 +61,7 @@ class HFGenerator:
         self.eos_ids = torch.tensor(sorted(i for i in eos if i is not None), dtype=torch.long)
         self._stop_cache: dict[tuple[str, ...], torch.Tensor] = {}
         self.tokens_generated = 0
+        self.policy_version: int | None = None  # the weights' version, set by the trainer; on every output
 
     # ------------------------------------------------------------------ prompts
     def encode(self, messages: list[Message]) -> tuple[list[int], PromptImages | None]:
@@ -178,7 +179,8 @@ class HFGenerator:
         return [
             GenerationOutput(text=self.response_prefix + self.tokenizer.decode(tokens[row], skip_special_tokens=True),
                              prompt_ids=list(prompts[row]), response_ids=tokens[row], logprobs=logps[row],
-                             interrupted=row in cut_short)
+                             interrupted=row in cut_short,
+                             policy_versions=None if self.policy_version is None else (self.policy_version,) * 2)
             for row in range(bs)
         ]
 

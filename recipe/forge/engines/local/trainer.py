@@ -172,6 +172,7 @@ class LocalTrainer:
             provider = TimedProvider(self.experience.provider, timer, "forge_retrieval")
         with timer.phase("gen"):
             self.generator.tokens_generated = 0
+            self.generator.policy_version = iteration  # the weights after ``iteration`` updates
             rollout = self.collector.collect(self.train_envs, self.generator, self.run.rollout.sampling(),
                                              experience_provider=provider)
             generated = self.generator.tokens_generated
@@ -254,6 +255,7 @@ class LocalTrainer:
     def validate(self) -> dict[str, float]:
         """Held-out seeds at the validation temperature, with the library (forge) and without it; dumped as
         iteration ``self.iteration`` with ``trainer.rollout_data_dir``."""
+        self.generator.policy_version = self.iteration
         return validation_metrics(self.collector, self.val_envs, self.generator, self.run.rollout.sampling(True),
                                   self.experience, self.tokenizer, self.dump, self.iteration)
 

@@ -1,10 +1,14 @@
 """``forge_agent``: verl's AgentLoopBase running one SLEA-RL episode per ``run()``.
 
-Per step, through the step path both engines share (agent_system/multi_turn_rollout/step.py): the library (latest
-published snapshot) retrieves experiences for the raw observation and the messages are built
+Per step, through the step path both engines share (agent_system/multi_turn_rollout/step.py): the library (the
+snapshot the task group started with: library_channel.WorkerLibrary.acquire) retrieves experiences for the raw
+observation and the messages are built
 (``prepare_steps``); they are tokenised with verl's Continuous Token builder and verl's server manager generates;
 the response is projected and applied to the environment in a thread pool, and ``finish_step`` makes the step's
-StepRecord, which the row codec (row_codec.py) writes into the training row's extra_fields.
+StepRecord, which the row codec (row_codec.py) writes into the training row's extra_fields. The record keeps the
+policy versions that generated the step (verl's server client reports them; in the async modes a response
+resumed across a weight update spans two) and the library version it was shown. The run's typed config is built
+once per worker process (process_config.py).
 
 ``run()`` returns one AgentLoopOutput per step; verl stores each as its own training row. Two verl 0.9.1
 behaviours shape the output:
@@ -24,11 +28,9 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 from uuid import uuid4
 
-from omegaconf import OmegaConf
 from PIL import Image
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
-from agent_system.environments.config import env_config_from_mapping
 from agent_system.multi_turn_rollout.protocols import (ACTION_STOP, GenerationOutput, StepExperience, StepQuery,
                                                        StepRecord, TrajectoryRecord)
 from agent_system.multi_turn_rollout.prompt_fit import fit_prompt, shorter_versions
@@ -36,7 +38,8 @@ from agent_system.multi_turn_rollout.step import PreparedStep, finish_step, prep
 from recipe.forge.distillation import distilled_step
 from recipe.forge.hf.vision_inputs import message_images
 from recipe.forge.engines.verl.episode import EpisodeSession, EpisodeView, StepOutcome
-from recipe.forge.engines.verl.library_channel import NO_LIBRARY, WORKER_LIBRARY
+from recipe.forge.engines.verl.library_channel import worker_library
+from recipe.forge.engines.verl.process_config import process_run_config
 from recipe.forge.engines.verl.row_codec import StepExtras, row_from_record
 
 AGENT_NAME = "forge_agent"
@@ -95,14 +98,14 @@ class ForgeAgentLoop(AgentLoopBase):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        env_section = OmegaConf.to_container(self.config.env, resolve=True) if "env" in self.config else {}
-        self.env_config = env_config_from_mapping(env_section)
+        run = process_run_config(self.config)  # typed once per worker process
+        self.env_config = run.env
         self.response_length = int(self.rollout_config.response_length)
         # self-distillation: rows also carry the plain (student) prompt of every step that had experiences
-        self.distill = bool(OmegaConf.select(self.config, "algorithm.forge.use_distillation", default=False))
+        self.distill = bool(run.algorithm.forge.use_distillation)
         # the prefilled start of every response (a format aid for tiny models), as on the embedded engine: part of
         # the prompt ids, and of the text the environment sees
-        self.response_prefix = str(OmegaConf.select(self.config, "trainer.local.response_prefix", default="") or "")
+        self.response_prefix = run.verl.response_prefix
         self.prefix_ids = self.tokenizer.encode(self.response_prefix, add_special_tokens=False) if self.response_prefix else []
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> list[AgentLoopOutput]:
@@ -113,9 +116,16 @@ class ForgeAgentLoop(AgentLoopBase):
         uid = str(kwargs.get("uid", uuid4().hex))
         traj_uid = f"{uid}-{int(kwargs.get('session_id', 0))}"
         sampling_params = with_action_stop(sampling_params, str(self.rollout_config.name))
-        version, provider = await WORKER_LIBRARY.refresh(self.tokenizer)
+        library = worker_library(split)
+        _, provider = await library.acquire(uid, self.tokenizer)  # the task group's snapshot, for all its copies
+        try:
+            return await self._episode(uid, traj_uid, split, int(extra_info["seed"]), sampling_params, provider)
+        finally:
+            library.release(uid)
 
-        session = EpisodeSession(self.env_config, split, int(extra_info["seed"]))
+    async def _episode(self, uid: str, traj_uid: str, split: str, seed: int, sampling_params: dict[str, Any],
+                       provider: Any) -> list[AgentLoopOutput]:
+        session = EpisodeSession(self.env_config, split, seed)
         env_seconds = time.perf_counter()
         view = await session.reset()
         env_seconds = time.perf_counter() - env_seconds
@@ -145,7 +155,7 @@ class ForgeAgentLoop(AgentLoopBase):
                 view = next_view
         finally:
             await session.close()
-        return episode_outputs(steps, version, env_seconds, self.tokenizer.eos_token_id)
+        return episode_outputs(steps, env_seconds, self.tokenizer.eos_token_id)
 
     # ------------------------------------------------------------------ steps
     async def _fit_prompt(self, prepared: PreparedStep, view: EpisodeView) -> PreparedStep:
@@ -180,7 +190,8 @@ class ForgeAgentLoop(AgentLoopBase):
         logprobs = list(output.log_probs[: self.response_length]) if output.log_probs else []
         text = self.response_prefix + self.tokenizer.decode(response_ids, skip_special_tokens=True)
         return ServerGeneration(
-            output=GenerationOutput(text=text, prompt_ids=prompt_ids, response_ids=response_ids, logprobs=logprobs),
+            output=GenerationOutput(text=text, prompt_ids=prompt_ids, response_ids=response_ids, logprobs=logprobs,
+                                    policy_versions=policy_versions(output.extra_fields)),
             has_logprobs=bool(output.log_probs),
             multi_modal_data=multi_modal_data or None,
             server_fields=dict(output.extra_fields),
@@ -220,18 +231,28 @@ def outcome_info(trajectory: TrajectoryRecord, task_score: float | None) -> dict
     return info
 
 
-def episode_outputs(steps: Sequence[EpisodeStep], version: int | None, env_seconds: float,
-                    eos_token_id: int) -> list[AgentLoopOutput]:
+def policy_versions(server_fields: dict[str, Any]) -> tuple[int, int] | None:
+    """(first, last) weights version that generated a response, from the fields verl's server client returns
+    (``min_global_steps`` / ``max_global_steps``, which its async client keeps across a resumed request; the
+    server's ``global_steps`` otherwise); None where the server does not say."""
+    last = server_fields.get("max_global_steps", server_fields.get("global_steps"))
+    first = server_fields.get("min_global_steps", last)
+    if first is None or last is None:
+        return None
+    return int(first), int(last)
+
+
+def episode_outputs(steps: Sequence[EpisodeStep], env_seconds: float, eos_token_id: int) -> list[AgentLoopOutput]:
     """One AgentLoopOutput per step of an episode (none for no steps): the step's tokens in verl's fields, its
-    StepRecord, episode and extras in ``extra_fields`` (row_codec.row_from_record), every row with the episode's
-    outcome as reward_score and reward_extra_info (the last step's task score); ``version``: the library the
-    episode retrieved from (None: none), ``env_seconds``: the episode's time in the environment; an empty
-    generation becomes one masked ``eos_token_id``."""
+    StepRecord (with the versions it was generated with), episode and extras in ``extra_fields``
+    (row_codec.row_from_record), every row with the episode's outcome as reward_score and reward_extra_info (the
+    last step's task score), and verl's staleness fields (the policy versions that generated the step);
+    ``env_seconds``: the episode's time in the environment; an empty generation becomes one masked
+    ``eos_token_id``."""
     if not steps:
         return []
     trajectory = episode_trajectory(steps)
     info = outcome_info(trajectory, steps[-1].outcome.task_score)
-    library_version = int(version) if version is not None else NO_LIBRARY
     outputs = []
     for s in steps:
         record = s.record
@@ -243,14 +264,14 @@ def episode_outputs(steps: Sequence[EpisodeStep], version: int | None, env_secon
             response_ids, mask = [eos_token_id], [0]
             logprobs = [0.0] if logprobs is not None else None
         server_fields = s.generation.server_fields
-        extras = StepExtras(library_version, s.experience.text, s.student_prompt_ids,
+        extras = StepExtras(s.experience.text, s.student_prompt_ids,
                             agent_worker=AGENT_WORKER, rollout_server=str(server_fields.get("rollout_server") or ""))
-        global_steps = server_fields.get("global_steps")
         extra = {
             **row_from_record(record, trajectory, extras),
             "reward_extra_info": dict(info),
-            "min_global_steps": server_fields.get("min_global_steps", global_steps),
-            "max_global_steps": server_fields.get("max_global_steps", global_steps),
+            # verl's staleness figures of the row (its tags): the policy versions that generated this step
+            "min_global_steps": record.policy_version,
+            "max_global_steps": record.policy_version_last,
         }
         outputs.append(
             AgentLoopOutput(

@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
+from recipe.forge.engines.verl.library_channel import NO_LIBRARY
+
 
 def distribution_metrics(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """The ``forge/*`` distribution figures of an iteration's step rows (their extra_fields)."""
@@ -32,7 +34,8 @@ def distribution_metrics(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
         workers_of_task[str(row["uid"])].add(worker)
         if row.get("rollout_server"):
             servers.add(str(row["rollout_server"]))
-        versions.add(int(row.get("library_version", -1)))
+        version = row.get("library_version")
+        versions.add(NO_LIBRARY if version is None else int(version))
     return {
         "forge/agent_workers_seen": float(len(workers - {""})),
         "forge/task_groups_split": float(sum(len(w) > 1 for w in workers_of_task.values())),
@@ -43,10 +46,11 @@ def distribution_metrics(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
 
 def layout_metrics(trainer: Any) -> dict[str, float]:
     """The layout verl's trainer runs with: actor ranks (its worker group's world size), rollout replicas (verl's
-    server manager), agent-loop workers, and nodes (of the largest resource pool: verl's pools list their processes per node)."""
+    server managers: separate_async's standalone ones too), agent-loop workers, and nodes (of the largest resource
+    pool: verl's pools list their processes per node)."""
     metrics = {
         "forge/world_size": float(trainer.actor_rollout_wg.world_size),
-        "forge/rollout_replicas": float(len(trainer.llm_server_manager.get_replicas())),
+        "forge/rollout_replicas": float(sum(len(m.get_replicas()) for m in trainer._rollout_server_managers())),
     }
     manager = getattr(trainer, "agent_loop_manager", None)
     if manager is not None and hasattr(manager, "agent_loop_workers"):

@@ -4,11 +4,13 @@ validation dump.
 
 ForgeTrainer (trainer.py) builds one :class:`ForgeSteps` and calls it from verl's hooks, in this order:
 
-* ``begin_iteration`` when an iteration starts: the library is published to the agent-loop workers;
-* ``keep_iteration`` after verl's step, with the iteration's step rows: their episode metrics;
+* ``begin_iteration`` when an iteration starts: the library is published to the agent-loop workers (unless the
+  last evolution published that version already);
+* ``keep_iteration`` after verl's step, with the iteration's trained step rows: their episode and version metrics;
 * ``checkpoint_saved`` when verl wrote a checkpoint this iteration;
-* ``end_iteration`` after verl's weight sync: evolution from the kept rows, the forge/* metrics, and the library
-  saved into that checkpoint;
+* ``end_iteration`` after verl's weight sync: evolution from the kept rows (each trajectory once, in the ledger's
+  order), the evolved library published for the rollouts that start from then on, the forge/* metrics, and the
+  library and its ledger saved into that checkpoint;
 * ``begin_validation``, ``keep_validation_batch``, ``end_validation`` around each validation pass (``val`` with the
   library, then, with a library, ``val_no_library`` without it, as on the embedded engine): the pass's
   ``<pass>/*`` metrics, and with ``trainer.rollout_data_dir`` its rows dumped as ``<pass>/<global step>.jsonl``.
@@ -30,8 +32,10 @@ from recipe.forge.runs.validation import pass_metrics
 from recipe.forge.engines.verl.distill import check_distillation_config
 from recipe.forge.engines.verl.distribution import distribution_metrics
 from recipe.forge.engines.verl.library_driver import LibraryDriver, RolloutServerLLM
-from recipe.forge.engines.verl.row_codec import trajectories_from_rows
+from recipe.forge.engines.verl.process_config import process_run_config
+from recipe.forge.engines.verl.row_codec import record_from_row, trajectories_from_rows
 from recipe.forge.engines.verl.validation_dump import fetch_rows, write_validation
+from recipe.forge.engines.verl.versions import version_metrics
 
 WITH_LIBRARY, WITHOUT_LIBRARY = "val", "val_no_library"  # the validation passes, as the embedded engine names them
 
@@ -51,30 +55,29 @@ class ForgeSteps:
     """The driver's SLEA-RL state; see the module docstring for the order of the calls.
 
     Attributes:
-        config: the run's verl config.
+        run: the run's typed config (recipe/forge/run_config.py), built once in this process from verl's config.
         library: the LibraryDriver (disabled for the estimators other than forge).
         distill: self-distillation runs (``algorithm.forge.use_distillation`` with a library).
     """
 
     def __init__(self, config: Any, llm_addresses: Callable[[], Any] | None = None,
                  decode: Callable[[list[int]], str] | None = None):
-        """``llm_addresses`` (-> the rollout servers' addresses) serves ``algorithm.forge.extractor=llm``;
-        ``decode`` (token ids -> text) writes the prompts of the validation dump (``trainer.rollout_data_dir``)."""
-        self.config = config
-        dump_dir = config.trainer.get("rollout_data_dir")
-        llm_extractor = str(config.algorithm.forge.extractor) == "llm"
+        """``config``: the verl config this process was given; ``llm_addresses`` (-> the rollout servers'
+        addresses) serves ``algorithm.forge.extractor=llm``; ``decode`` (token ids -> text) writes the prompts of
+        the validation dump (``trainer.rollout_data_dir``)."""
+        self.run = process_run_config(config)
+        forge = self.run.algorithm.forge
+        dump_dir = self.run.trainer.rollout_data_dir
+        llm_extractor = forge.extractor == "llm"
         if llm_extractor and llm_addresses is None:
             raise ValueError("algorithm.forge.extractor=llm needs the rollout servers' addresses (llm_addresses)")
         if dump_dir and decode is None:
             raise ValueError("trainer.rollout_data_dir needs the tokenizer's decode to write the prompts")
         llm = RolloutServerLLM(llm_addresses) if llm_extractor else None
-        self.library = LibraryDriver.from_trainer_config(config, llm=llm)
-        self.distill = bool(config.algorithm.forge.use_distillation) and self.library.enabled
+        self.library = LibraryDriver.from_run(self.run, llm=llm)
+        self.distill = bool(forge.use_distillation) and self.library.enabled
         if self.distill:
-            from agent_system.environments.config import env_config_from_mapping
-            from omegaconf import OmegaConf
-
-            check_distillation_config(config.algorithm, env_config_from_mapping(OmegaConf.to_container(config.env)))
+            check_distillation_config(self.run.algorithm, self.run.env)
         self._dump = rollout_dump(dump_dir, decoded_prompt(decode))
         self._iteration_rows: list[dict] = []
         self._checkpoint_folder: str | None = None
@@ -85,11 +88,15 @@ class ForgeSteps:
         agent-loop workers."""
         self.library.begin_iteration(iteration)
 
-    def keep_iteration(self, rows: Sequence[dict]) -> dict[str, float]:
-        """Keep this iteration's step rows (their extra_fields; no padding or distillation row) for
-        ``end_iteration``; returns their :func:`iteration_metrics`."""
+    def keep_iteration(self, rows: Sequence[dict], policy_version: int) -> dict[str, float]:
+        """Keep this iteration's trained step rows (their extra_fields; no padding or distillation row) for
+        ``end_iteration``; returns their :func:`iteration_metrics` and the versions the steps were generated with
+        against the policy being trained (version ``policy_version``) and the library before this iteration's
+        evolution (versions.version_metrics)."""
         self._iteration_rows = list(rows)
-        return iteration_metrics(self._iteration_rows)
+        records = [record_from_row(row) for row in self._iteration_rows]
+        library_version = self.library.version if self.library.enabled else None
+        return {**iteration_metrics(self._iteration_rows), **version_metrics(records, policy_version, library_version)}
 
     def checkpoint_saved(self, folder: str) -> None:
         """verl wrote this iteration's checkpoint into ``folder``: ``end_iteration`` saves the library into it once
@@ -128,13 +135,11 @@ class ForgeSteps:
         return metrics
 
     def begin_validation(self, iteration: int, pass_name: str = WITH_LIBRARY) -> None:
-        """Publish what the pass runs with: for ``val`` the library as it is now, so validation after ``iteration``
-        runs with the library evolved from it (the iteration's own publication predates that evolution), as on
-        the embedded engine; for ``val_no_library`` no library."""
-        if pass_name == WITH_LIBRARY:
-            self.library.begin_iteration(iteration)
-        else:
-            self.library.withhold(iteration)
+        """Publish what the pass runs with, on the library's validation channel: for ``val`` the library as it is
+        now, so validation after ``iteration`` runs with the library evolved from it, as on the embedded engine;
+        for ``val_no_library`` no library. Training rollouts (verl's async modes run them meanwhile) keep the
+        training channel's library."""
+        self.library.publish_validation(iteration, with_library=pass_name == WITH_LIBRARY)
         self._validation_rows = []
 
     def keep_validation_batch(self, batch: Any) -> None:

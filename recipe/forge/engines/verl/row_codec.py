@@ -44,7 +44,6 @@ EPISODE_SKIPPED = ("uid", "traj_uid", "steps")
 class StepExtras:
     """What a row carries of its step besides its StepRecord and episode."""
 
-    library_version: int = -1  # the library snapshot the step retrieved from (-1: none)
     experience_text: str = ""  # the experience text the step was shown
     student_prompt_ids: list[int] | None = None  # the plain prompt's ids (self-distillation), None otherwise
     agent_worker: str = ""  # the agent-loop worker process that ran the episode ("host:pid")

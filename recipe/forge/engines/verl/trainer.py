@@ -1,23 +1,28 @@
-"""verl's synchronous V1 PPO trainer with SLEA-RL's step-level parts, registered as trainer mode ``forge``.
-
-Select it with ``trainer.v1.trainer_mode=forge`` (run_verl does). Compared with verl's ``sync`` trainer:
+"""verl's V1 PPO trainers with SLEA-RL's step-level parts, one logic (:class:`ForgeTrainerLogic`) over verl's
+three trainer modes, registered in verl's trainer registry as ``forge`` (sync), ``forge_colocate_async`` and
+``forge_separate_async``. The run picks the mode by verl's own key, ``trainer.v1.trainer_mode`` = ``sync``,
+``colocate_async`` or ``separate_async`` (run_verl writes the registered name; settings.py). verl's mode class
+decides where generation runs, when weights sync and how its replay buffer samples; compared with it:
 
 * advantage step: rows are per-step samples of the ``forge_agent`` loop. Their token-level score is rebuilt
   from extra_fields (episode return minus the step's invalid-action penalty; verl's own reward_score is the
   last step's), and ``forge`` / ``gigpo`` group steps by (uid, cluster) / (uid, anchor) with discounted step
-  returns, through the step-sample core both engines share (recipe/forge/step_samples.py). Every other estimator in verl's registry runs verl's own step
-  on the rebuilt scores;
-* after each iteration, on the driver: episode metrics, library evolution from the iteration's trajectories,
-  publication of the new library version to the agent-loop workers, forge/* metrics, and a library checkpoint
-  every ``algorithm.forge.library_save_freq`` iterations (and with every trainer checkpoint); the driver's
-  SLEA-RL state is a ForgeSteps (recipe/forge/engines/verl/forge_steps.py), the advantage step
-  :func:`advantage_step`, both usable without verl's trainer;
+  returns, through the step-sample core both engines share (recipe/forge/step_samples.py), then verl's rollout
+  correction (on in the async modes: async_mode.py). Every other estimator in verl's registry runs verl's own
+  step on the rebuilt scores;
+* after each iteration, on the driver: episode and version metrics of the trained steps (versions.py), library
+  evolution from the iteration's trajectories (each once, in a defined order: evolution_ledger.py), publication
+  of the new library version to the agent-loop workers, forge/* metrics (in the async modes also the task groups
+  verl's staleness bound dropped: stale_groups.py), and a library checkpoint every
+  ``algorithm.forge.library_save_freq`` iterations (and with every trainer checkpoint); the driver's SLEA-RL state
+  is a ForgeSteps (recipe/forge/engines/verl/forge_steps.py), the advantage step :func:`advantage_step`, both
+  usable without verl's trainer;
 * a Ray process that dies (rollout server, agent-loop worker, FSDP rank) ends the run with one error naming it
   and the iteration (recipe/forge/engines/verl/worker_faults.py);
 * optional self-distillation (algorithm.forge.use_distillation): see recipe/forge/engines/verl/distill.py;
-* validation runs with the library evolved from the iteration before it (published again at validation start),
-  as on the embedded engine, and with ``trainer.rollout_data_dir`` its steps are dumped in the embedded
-  engine's format (recipe/forge/engines/verl/validation_dump.py).
+* validation runs with the library evolved from the iteration before it (published on the validation channel at
+  validation start), as on the embedded engine, and with ``trainer.rollout_data_dir`` its steps are dumped in
+  the embedded engine's format (recipe/forge/engines/verl/validation_dump.py).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from recipe.forge.engines.verl.metrics_file import MetricsFileTee, metrics_file_
 from recipe.forge.engines.verl.rollout_logprobs import has_rollout_log_probs, rollout_correction_runs
 from recipe.forge.engines.verl.row_codec import samples_from_rows
 from recipe.forge.engines.verl.settings import REGISTERED_MODES
+from recipe.forge.engines.verl.stale_groups import StaleGroups, count_stale_groups
 from recipe.forge.engines.verl.validation_dump import ValidationRowTap
 from recipe.forge.engines.verl.worker_faults import worker_died
 from recipe.forge.step_samples import (STEP_ESTIMATORS, samples_advantage, section_value, step_returns,
@@ -133,23 +139,23 @@ def logprob_gap_max(rollout_log_probs: torch.Tensor, old_log_probs: torch.Tensor
     return float(gap.max()) if gap.numel() else 0.0
 
 
-def advantage_step(batch: KVBatchMeta, forge: ForgeSteps, metrics: dict) -> KVBatchMeta:
+def advantage_step(batch: KVBatchMeta, forge: ForgeSteps, config: Any, metrics: dict) -> KVBatchMeta:
     """SLEA-RL's advantage step on a TransferQueue batch of ``forge_agent`` step rows (after verl's old-log-prob
-    pass); returns the batch as stored.
+    pass); returns the batch as stored. ``config``: verl's config (its rollout keys: log-probs, correction).
 
     Stores every row's ``rm_scores`` rebuilt from its extra_fields (:func:`compute_batch_advantages`). For the
     step-level estimators also its ``advantages`` and ``returns`` (a distillation row's: its distillation term),
     then verl's rollout correction; for the others verl's own advantage step is still to run on these scores.
     With the rollout's log-probs in the rows it logs forge/rollout_actor_logprob_diff_max into ``metrics``.
     """
-    config = forge.config
-    estimator = str(config.algorithm.adv_estimator)
+    algorithm = forge.run.algorithm
+    estimator = str(algorithm.adv_estimator)
     step_level = estimator in STEP_ESTIMATORS
-    if step_level and config.algorithm.use_kl_in_reward:
+    if step_level and algorithm.use_kl_in_reward:
         raise ValueError(f"algorithm.use_kl_in_reward is not supported with the {estimator!r} estimator")
     rows = read_rows(batch)
     padded_mask = TensorDict({"m": rows.response_mask}, batch_size=len(batch)).to_padded_tensor()["m"]
-    computed = compute_batch_advantages(estimator, rows.uid, padded_mask, rows.extra, rows.real, config.algorithm)
+    computed = compute_batch_advantages(estimator, rows.uid, padded_mask, rows.extra, rows.real, algorithm)
     if step_level:
         computed.pop("group_keys")  # no tensor: the groups are the rows' own cluster ids (tests read them)
         if forge.distill:
@@ -197,7 +203,7 @@ def _add_distillation_advantages(batch: KVBatchMeta, rows: BatchRows, computed: 
     """The advantage of every distillation row: ``-w (log pi(a_t | plain) - log pi(a_t | with library))`` per
     response token (the sampled-token estimate of the reverse KL from the student to the teacher), with ``w``
     ramped by the library's fill ratio up to ``max_distill_weight``."""
-    weight = library_distillation_weight(len(forge.library.system.library), forge.config.algorithm.forge)
+    weight = library_distillation_weight(len(forge.library.system.library), forge.run.algorithm.forge)
     students = np.flatnonzero(rows.student)
     metrics["forge/distill_weight"] = weight
     metrics["forge/distill_rows"] = float(len(students))
@@ -239,6 +245,7 @@ class ForgeTrainerLogic:
         super().__init__(config)
         self.forge = ForgeSteps(config, llm_addresses=lambda: self.llm_server_manager.get_addresses(),
                                 decode=lambda ids: self.tokenizer.decode(ids))
+        self.estimator = str(self.forge.run.algorithm.adv_estimator)
 
     def _init_resource_pool_mgr(self):
         super()._init_resource_pool_mgr()
@@ -257,8 +264,12 @@ class ForgeTrainerLogic:
     def _build_replay_buffer(self):
         """verl's replay buffer, which hands each validation batch it samples to ForgeSteps.keep_validation_batch
         (verl clears a batch from TransferQueue right after reading it): SLEA-RL's validation metrics and dump
-        are computed from those rows. verl builds it in its __init__, before ``self.forge`` exists."""
-        return ValidationRowTap(super()._build_replay_buffer(), lambda batch: self.forge.keep_validation_batch(batch))
+        are computed from those rows; in the async modes it also counts the task groups its staleness bound
+        drops (stale_groups.py). verl builds it in its __init__, before ``self.forge`` exists."""
+        buffer = super()._build_replay_buffer()
+        self.stale_groups = StaleGroups()
+        self.counts_stale_groups = count_stale_groups(buffer, self.stale_groups)
+        return ValidationRowTap(buffer, lambda batch: self.forge.keep_validation_batch(batch))
 
     def fit(self, agent_loop_manager):
         """verl's fit; a Ray process of the run that dies ends it with a WorkerDiedError naming the process and
@@ -272,13 +283,14 @@ class ForgeTrainerLogic:
             raise died from exc
 
     def run_actors(self, agent_loop_manager) -> list:
-        """The Ray actors this run lives on: its rollout servers, agent-loop workers and training workers."""
-        return [*self.llm_server_manager.server_handles, *agent_loop_manager.agent_loop_workers,
-                *self.actor_rollout_wg.workers]
+        """The Ray actors this run lives on: its rollout servers (separate_async's standalone ones too),
+        agent-loop workers and training workers."""
+        servers = [handle for manager in self._rollout_server_managers() for handle in manager.server_handles]
+        return [*servers, *agent_loop_manager.agent_loop_workers, *self.actor_rollout_wg.workers]
 
     def on_init_end(self):
         super().on_init_end()
-        self.forge.begin_iteration(max(self.global_steps - 1, 0))
+        self.forge.begin_iteration(self.global_steps)  # the next iteration to train (0 on a fresh start)
 
     # ------------------------------------------------------------ metrics file
     # verl's fit builds its Tracking (self.logger) and then calls one of these two before it logs anything
@@ -311,8 +323,8 @@ class ForgeTrainerLogic:
 
     # ------------------------------------------------------------ advantage step
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
-        batch = advantage_step(batch, self.forge, metrics)
-        if str(self.config.algorithm.adv_estimator) in STEP_ESTIMATORS:
+        batch = advantage_step(batch, self.forge, self.config, metrics)
+        if self.estimator in STEP_ESTIMATORS:
             return batch
         return super()._compute_advantage(batch, metrics)
 
@@ -371,8 +383,12 @@ class ForgeTrainerLogic:
         batch = super().step(metrics, timing_raw)
         rows = read_rows(batch)
         # the rows keep the clusters that drove their retrieval (the workers' ids), the advantage's step groups:
-        # evolution reports those groups, then files the steps under the driver's own clusters
-        metrics.update(self.forge.keep_iteration([rows.extra[i] for i in np.flatnonzero(rows.real)]))
+        # evolution reports those groups, then files the steps under the driver's own clusters. The policy being
+        # trained is the weights after global_steps - 1 updates.
+        metrics.update(self.forge.keep_iteration([rows.extra[i] for i in np.flatnonzero(rows.real)],
+                                                 policy_version=self.global_steps - 1))
+        if self.counts_stale_groups:
+            metrics.update(self.stale_groups.metrics())
         metrics.update(layout_metrics(self))
         if self.processor is not None:  # a vision-language policy: what the actor's rows carried of their images
             real = [batch.keys[i] for i in np.flatnonzero(rows.real)]
@@ -409,7 +425,7 @@ class ForgeTrainerLogic:
             if not os.path.exists(library):  # stopped between verl's save and the library's (on_step_end)
                 raise CheckpointError(f"{folder} has no forge_library: the run stopped before the library joined "
                                       "this checkpoint; resume the previous one (trainer.resume_mode=resume_path)")
-            self.forge.library.system.load(library)  # checked in full before it replaces the library
+            self.forge.library.load(library)  # library and evolution ledger, checked before they replace them
         self.resumed_at = self.global_steps
         if self.resumed_at > 0 and not self.config.trainer.get("val_only", False):
             # the embedded engine's rule: validation before training only on a fresh start (the restored
