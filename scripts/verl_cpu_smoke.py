@@ -78,14 +78,15 @@ def micro_batch_size(args: argparse.Namespace) -> int:
 
 def async_overrides(args: argparse.Namespace) -> list[str]:
     """verl's trainer mode; separate_async's rollout gets one logical GPU of its own (a standalone hf server, its
-    weights through the object store) and the trainer one local update per task group (parameter_sync_step =
-    tasks)."""
+    weights through the object store; no rollout replica on the training rank: ``hybrid_engine=false``) and the
+    trainer one local update per task group (parameter_sync_step = tasks)."""
     if args.async_mode is None:
         return []
     overrides = [f"trainer.v1.trainer_mode={args.async_mode}"]
     if args.async_mode == "separate_async":
         overrides += ["actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1",
-                      f"trainer.v1.separate_async.parameter_sync_step={args.tasks}"]
+                      f"trainer.v1.separate_async.parameter_sync_step={args.tasks}",
+                      "actor_rollout_ref.hybrid_engine=false"]
     return overrides
 
 

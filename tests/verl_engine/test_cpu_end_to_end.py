@@ -152,6 +152,38 @@ def test_forge_on_two_nodes_with_distillation_kl_and_rollout_correction_survives
     assert "val/forge/lessons_checkable" in validation and "val_no_library/forge/lessons_checkable" not in validation
 
 
+@pytest.mark.parametrize("mode", ["colocate_async", "separate_async"])
+def test_forge_in_verls_async_modes_records_versions_and_resumes_where_it_stopped(two_nodes, tmp_path, mode):
+    """verl's async trainer modes on the two-node cluster the test above runs on (colocate_async: trainer and hf
+    server on one logical GPU, partial rollouts; separate_async: a standalone hf server on the other node's GPU,
+    its weights through the object store, two local updates per sync), forge with the library from iteration 1,
+    verl's staleness bound 2: iteration 1 and its checkpoint, then a resume that trains iteration 2 from the groups
+    verl kept in flight."""
+    env = two_nodes.client_env()
+    run = ("--async", mode, "--save-freq", "1", "trainer.v1.sampler.max_off_policy_threshold=2")
+    first = smoke(tmp_path, *run, "--iterations", "1", env=env)
+    assert first["async_mode"] == mode and first["steps"] == [1] and first["grad_norms"][0] > 0
+    # iteration 1 trains rollouts of the initial weights: verl's rollout correction sees the same policy (in
+    # separate_async the second mini-batch's old log-probs come from the weights the sync started with)
+    assert first["staleness_max"] == 0 and first["rollout_actor_logprob_diff_maxes"][0] < 0.01
+    assert first["library_versions"] == [[0]] and first["stale_steps_dropped"] == [0]
+    [log] = tmp_path.glob("train_*.log")
+    assert "rollout_corr/" in log.read_text(errors="replace")  # on by default in an async mode
+    checkpoint = tmp_path / "run" / "global_step_1"
+    assert (checkpoint / "transfer_queue").is_dir()  # verl keeps the groups in flight for the resume
+    ledger = json.loads((checkpoint / "forge_library" / "evolution_ledger.json").read_text())
+    assert set(ledger["evolved"].values()) == {0} and len(ledger["evolved"]) == 2 * 2  # 2 tasks x 2 copies, once
+    resumed = smoke(tmp_path, *run, "--resume", "--iterations", "2", env=env)
+    assert resumed["steps"] == [1, 2] and resumed["grad_norms"][0] == first["grad_norms"][0]
+    assert resumed["library_size"] >= first["library_size"] > 0 and resumed["grad_norms"][1] > 0
+    # every trained step recorded the policy and library versions it was generated with, within verl's bound:
+    # iteration 2 trains groups kept from before the checkpoint (policy and library 0) or generated after the
+    # resume (the restored weights and library, version 1)
+    assert resumed["staleness_max"] in (0, 1) and resumed["library_versions"][1] in ([0], [1], [0, 1])
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["forge/repeated_trajectories"] for m in metrics] == [0, 0]  # nothing evolved the library twice
+
+
 def test_the_gpu_cluster_page_shows_the_commands_the_cluster_runs():
     """docs/gpu_cluster.md's CPU rehearsal block is what scripts/verl_cpu_cluster.py --print-commands prints."""
     printed = subprocess.run([sys.executable, str(REPO / "scripts" / "verl_cpu_cluster.py"), "--print-commands"],

@@ -454,5 +454,18 @@ class ForgeSeparateAsyncTrainer(ForgeTrainerLogic, PPOTrainerSeparateAsync):
 
     verl_mode = "separate_async"
 
+    def _setup(self):
+        """verl's setup. With ``actor_rollout_ref.hybrid_engine=false`` (no rollout replica on the training
+        devices) verl 0.9.1 logs a line with ``logger.info(..., flush=True)``, which the logging module refuses
+        (TypeError) whenever INFO is enabled, verl's default; its module logger is held at WARNING meanwhile."""
+        verl_logger = logging.getLogger(PPOTrainerSeparateAsync.__module__)
+        level = verl_logger.level
+        if not self._enable_hybrid_replicas:
+            verl_logger.setLevel(max(level, logging.WARNING))
+        try:
+            super()._setup()
+        finally:
+            verl_logger.setLevel(level)
+
 
 TRAINERS = {cls.verl_mode: cls for cls in (ForgeTrainer, ForgeColocateAsyncTrainer, ForgeSeparateAsyncTrainer)}
