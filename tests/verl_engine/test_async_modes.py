@@ -95,7 +95,7 @@ def test_separate_async_on_the_cpu_syncs_through_the_object_store_and_counts_the
 # ---------------------------------------------------------------------------------- partial rollouts
 @pytest.fixture(scope="module")
 def random_model_dir(tmp_path_factory):
-    from recipe.forge.engines.local.tiny import save_tiny_model_dir
+    from recipe.forge.hf.tiny import save_tiny_model_dir
 
     return save_tiny_model_dir(tmp_path_factory.mktemp("random"), taught=False)
 
@@ -124,8 +124,8 @@ def long_prompt(random_model_dir):
 
 
 def test_the_generator_stops_where_it_is_interrupted_and_says_so(random_model_dir, long_prompt):
-    from recipe.forge.engines.local.generation import HFGenerator
-    from recipe.forge.engines.local.model_loading import PolicyConfig, build_policy
+    from recipe.forge.hf.generation import HFGenerator
+    from recipe.forge.hf.model_loading import PolicyConfig, build_policy
     from agent_system.multi_turn_rollout.protocols import SamplingParams
 
     policy = build_policy(PolicyConfig(path=random_model_dir, dtype="fp32", use_reference=False))

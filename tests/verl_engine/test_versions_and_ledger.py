@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_system.multi_turn_rollout.protocols import StepQuery, StepRecord, TrajectoryRecord
-from recipe.forge.durable import CheckpointError
+from recipe.forge.runs.durable import CheckpointError
 from recipe.forge.engines.verl.evolution_ledger import EvolutionLedger, evolution_order
 from recipe.forge.engines.verl.library_channel import NO_LIBRARY, WorkerLibrary
 from recipe.forge.engines.verl.row_codec import StepExtras, row_from_record

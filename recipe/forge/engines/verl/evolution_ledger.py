@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Sequence
 
 from agent_system.multi_turn_rollout.protocols import TrajectoryRecord
-from recipe.forge.durable import CheckpointError, write_text_atomic
+from recipe.forge.runs.durable import CheckpointError, write_text_atomic
 
 LEDGER_FILE = "evolution_ledger.json"
 UNBOUNDED_WINDOW = 64  # iterations a trajectory uid is remembered when verl's staleness bound is off

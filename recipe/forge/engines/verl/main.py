@@ -36,7 +36,7 @@ from agent_system.environments import base as env_base
 from recipe.forge.engines.verl.cpu.settings import (add_worker_env, apply_cpu_settings, resolve_device,
                                                     use_cpu_platform_in_this_process)
 from recipe.forge.engines.verl.agent_loop import AGENT_NAME
-from recipe.forge.engines.verl.async_mode import apply_async_settings, check_async_config
+from recipe.forge.engines.verl.async_mode import apply_async_settings
 from recipe.forge.engines.verl.reaper import start_reaper
 from recipe.forge.engines.verl.worker_faults import unwrap
 from recipe.forge.run_config import RunConfig

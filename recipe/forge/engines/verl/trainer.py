@@ -54,7 +54,7 @@ from recipe.forge.engines.verl.image_rows import image_metrics
 from recipe.forge.engines.verl.metrics_file import MetricsFileTee, metrics_file_tracker
 from recipe.forge.engines.verl.rollout_logprobs import has_rollout_log_probs, rollout_correction_runs
 from recipe.forge.engines.verl.row_codec import samples_from_rows
-from recipe.forge.engines.verl.settings import REGISTERED_MODES
+from recipe.forge.engines.verl.modes import REGISTERED_MODES
 from recipe.forge.engines.verl.stale_groups import StaleGroups, count_stale_groups
 from recipe.forge.engines.verl.validation_dump import ValidationRowTap
 from recipe.forge.engines.verl.worker_faults import worker_died
