@@ -52,6 +52,7 @@ from recipe.forge.engines.verl.distribution import layout_metrics
 from recipe.forge.engines.verl.forge_steps import ForgeSteps
 from recipe.forge.engines.verl.image_rows import image_metrics
 from recipe.forge.engines.verl.metrics_file import MetricsFileTee, metrics_file_tracker
+from recipe.forge.engines.verl.rollout_load import RolloutLoad
 from recipe.forge.engines.verl.rollout_logprobs import has_rollout_log_probs, rollout_correction_runs
 from recipe.forge.engines.verl.row_codec import samples_from_rows
 from recipe.forge.engines.verl.modes import REGISTERED_MODES
@@ -285,12 +286,17 @@ class ForgeTrainerLogic:
     def run_actors(self, agent_loop_manager) -> list:
         """The Ray actors this run lives on: its rollout servers (separate_async's standalone ones too),
         agent-loop workers and training workers."""
-        servers = [handle for manager in self._rollout_server_managers() for handle in manager.server_handles]
-        return [*servers, *agent_loop_manager.agent_loop_workers, *self.actor_rollout_wg.workers]
+        return [*self.rollout_servers(), *agent_loop_manager.agent_loop_workers, *self.actor_rollout_wg.workers]
 
     def on_init_end(self):
         super().on_init_end()
         self.forge.begin_iteration(self.global_steps)  # the next iteration to train (0 on a fresh start)
+        self.rollout_load = RolloutLoad()
+        self.rollout_load.metrics(self.rollout_servers())  # the clock of the first iteration starts here
+
+    def rollout_servers(self) -> list:
+        """The rollout servers of every server manager (separate_async's standalone ones too)."""
+        return [handle for manager in self._rollout_server_managers() for handle in manager.server_handles]
 
     # ------------------------------------------------------------ metrics file
     # verl's fit builds its Tracking (self.logger) and then calls one of these two before it logs anything
@@ -390,6 +396,7 @@ class ForgeTrainerLogic:
         if self.counts_stale_groups:
             metrics.update(self.stale_groups.metrics())
         metrics.update(layout_metrics(self))
+        metrics.update(self.rollout_load.metrics(self.rollout_servers()))
         if self.processor is not None:  # a vision-language policy: what the actor's rows carried of their images
             real = [batch.keys[i] for i in np.flatnonzero(rows.real)]
             inputs = tq.kv_batch_get(keys=real, partition_id=batch.partition_id, select_fields=["multi_modal_inputs"])

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Generator, Optional
 
@@ -111,6 +112,7 @@ class HFRolloutServer:
         self._gate: Optional[asyncio.Event] = None  # set: requests are admitted (made on the actor's event loop)
         self._rejecting = False  # the closed gate answers late requests "aborted" instead of holding them
         self._interrupt = threading.Event()  # asked by the decoding thread before every token
+        self._busy_seconds = 0.0  # wall time spent decoding, all batches
 
     # ----------------------------------------------------------------- generation
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str = "",
@@ -160,6 +162,7 @@ class HFRolloutServer:
             sampling = self._pending[0].sampling
             batch = [r for r in self._pending if r.sampling == sampling][: self.max_batch_size]
             self._pending = [r for r in self._pending if not any(r is b for b in batch)]
+            started = time.perf_counter()
             try:
                 outputs = await asyncio.to_thread(self.generator.generate_ids, [r.prompt_ids for r in batch], sampling,
                                                   images=[r.images for r in batch], interrupted=self._interrupt.is_set)
@@ -167,6 +170,8 @@ class HFRolloutServer:
                 for r in batch:
                     r.done.set_exception(error)
                 continue
+            finally:
+                self._busy_seconds += time.perf_counter() - started
             for r, out in zip(batch, outputs):
                 r.done.set_result(out)
 
@@ -187,6 +192,10 @@ class HFRolloutServer:
         """Sum of all parameters (a cheap fingerprint the tests compare with the actor's)."""
         with torch.no_grad():
             return float(sum(p.double().sum() for p in self.model.parameters()))
+
+    async def busy_seconds(self) -> float:
+        """Wall time this server has spent decoding since it started (rollout_load.py reads it per iteration)."""
+        return self._busy_seconds
 
     async def set_global_steps(self, global_steps: int) -> None:
         self.global_steps = global_steps
