@@ -272,11 +272,11 @@ def test_iteration_end_evolves_and_checkpoints_the_library(verl_stack, monkeypat
     for k, entry in enumerate(lessons):
         entry.advice = Advice(entry.key, do=("up",), expert="up" if k % 2 == 0 else "down")
 
-    forge.begin_iteration(1)  # the first evolution's lessons are published
+    forge.begin_iteration(1)  # the first evolution published its lessons; the next iteration opens
     meta, _ = rollout(verl_stack, 0, global_steps=2)
     rows = [getattr(e, "data", e) for e in fetch(meta, ["extra_fields"]).pop("extra_fields").tolist()]
     shown_from = copy.deepcopy(forge.library.system.library.entries)  # what the steps were shown lessons from
-    forge.keep_iteration(rows)
+    forge.keep_iteration(rows, policy_version=2)
     checkpoint = tmp_path / "global_step_2"
     forge.checkpoint_saved(str(checkpoint))
     timing_raw: dict = {}
