@@ -107,7 +107,7 @@ def run_overrides(args: argparse.Namespace, model_path: str, out: Path) -> list[
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
         f"actor_rollout_ref.actor.use_kl_loss={args.kl}", f"actor_rollout_ref.actor.optim.lr={args.lr}",
-        f"actor_rollout_ref.rollout.agent.num_workers={args.agent_workers}", "reward.num_workers=1",
+        f"actor_rollout_ref.rollout.agent.num_workers={args.agent_workers}",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         f"trainer.n_gpus_per_node={args.ranks}", f"trainer.nnodes={args.nodes}", "trainer.logger=[console,jsonl]",
         "trainer.val_before_train=false", "trainer.test_freq=-1", f"trainer.save_freq={args.save_freq}",

@@ -154,6 +154,21 @@ def test_loggers_map_to_verl_tracking_backends(run_config_factory, tmp_path):
     assert set(cfg.trainer.logger) <= set(Tracking.supported_backend)
 
 
+def test_a_forge_run_starts_no_reward_workers_unless_a_reward_model_is_on(run_config_factory, tmp_path, capsys):
+    """The forge agent loop scores every trajectory from its environment, so verl's reward workers (8 by default,
+    each a Ray process importing verl) would only idle; with a reward model on, verl scores through them."""
+    from recipe.forge.engines.verl.main import prepare_verl_config
+    from recipe.forge.run_config import load_run_config
+
+    base = ["trainer.engine=verl", f"trainer.default_local_dir={tmp_path}"]
+    assert run_config_factory(base).reward.num_workers == 8  # verl's default
+    cfg = prepare_verl_config(load_run_config(run_config_factory(base)))
+    assert cfg.reward.num_workers == 0
+    assert "[slea-rl] verl: reward.num_workers: 8 -> 0" in capsys.readouterr().out
+    cfg = prepare_verl_config(load_run_config(run_config_factory([*base, "reward.reward_model.enable=true"])))
+    assert cfg.reward.num_workers == 8
+
+
 @pytest.mark.parametrize(
     "overrides, key",
     [

@@ -10,7 +10,9 @@ recipe/forge/main_forge.py dispatches here. :func:`run_verl`
 3. points verl at the ``forge_agent`` loop and at the forge trainer of the run's verl mode
    (``trainer.v1.trainer_mode``: sync, colocate_async or separate_async; trainer.py), with ``rollout.n =
    env.rollout.n`` (the G sessions of one prompt are the G environment copies of one task, so verl's uid is the
-   task group); in an async mode verl's rollout correction is on (async_mode.py);
+   task group); in an async mode verl's rollout correction is on (async_mode.py); no reward workers start
+   unless a reward model is on (:func:`idle_reward_workers`: the forge agent loop scores every trajectory from its
+   environment, so verl's reward workers, 8 by default, would each import verl and then idle);
 4. resolves ``trainer.device`` (``auto``: cuda when a CUDA device is visible or a Ray cluster is joined, else
    cpu) and, on the CPU, applies the CPU backend's settings (recipe/forge/engines/verl/cpu/settings.py);
 5. hands the loggers other than ``jsonl`` to verl's Tracking; ``<trainer.default_local_dir>/metrics.jsonl`` is
@@ -89,10 +91,26 @@ def verl_config(run: RunConfig) -> DictConfig:
     return OmegaConf.create(run.composed)
 
 
+def idle_reward_workers(cfg: DictConfig) -> list[str]:
+    """Start no verl reward workers (``reward.num_workers=0``, in place) where they could only idle: the forge
+    agent loop sets every trajectory's ``reward_score`` from its environment, which verl's agent loop then never
+    sends to a reward worker; with a reward model on (``reward.reward_model.enable``) verl scores through those
+    workers, and they stay. One line per value changed, for the start-up log."""
+    workers = OmegaConf.select(cfg, "reward.num_workers", default=None)
+    if not workers or OmegaConf.select(cfg, "reward.reward_model.enable", default=False):
+        return []
+    with open_dict(cfg):
+        cfg.reward.num_workers = 0
+    return [f"reward.num_workers: {workers} -> 0 (the forge agent loop scores every trajectory from its environment: "
+            "verl's reward workers would only idle)"]
+
+
 def prepare_verl_config(run: RunConfig) -> DictConfig:
     """verl's config of the run, wired for the forge agent loop and trainer, with its task files written."""
     cfg = verl_config(run)
     device = resolve_device(cfg)
+    for change in idle_reward_workers(cfg):
+        print(f"[slea-rl] verl: {change}", flush=True)
     for change in apply_async_settings(cfg, run.verl.mode):
         print(f"[slea-rl] verl {run.verl.mode}: {change}", flush=True)
     if device == "cpu":
