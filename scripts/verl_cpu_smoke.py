@@ -22,7 +22,7 @@ and reads the run's metrics.jsonl. Prints a table, or one JSON line with ``--jso
   bound dropped; None in the sync mode).
 
 Usage: python scripts/verl_cpu_smoke.py [--json] [--estimator forge|gigpo|grpo] [--iterations 2] [--distill]
-       [--kl] [--save-freq N] [--resume] [--out DIR] [--model tiny|smollm2] [--ranks N] [--nodes N]
+       [--kl] [--save-freq N] [--resume] [--out DIR] [--model tiny|smollm2|FOLDER] [--ranks N] [--nodes N]
        [--agent-workers N] [--async colocate_async|separate_async] [extra Hydra overrides ...]
 
 --ranks N gives N FSDP2 ranks on gloo and, with tensor parallel size 1, N hf rollout replicas; micro-batch sizes
@@ -176,10 +176,16 @@ def _int(value):
 
 
 def model_folder(choice: str, out: Path) -> str:
+    """The model of the run: SmolLM2-135M-Instruct's packaged folder, the tiny Llama (built once under ``out``), or
+    a model folder (a tiny Llama several runs share)."""
     if choice == "smollm2":
         from recipe.forge.hf.model_paths import resolve_model_path
 
         return resolve_model_path("smollm2-135m-instruct")
+    if choice != "tiny":
+        if not (Path(choice) / "config.json").is_file():
+            raise SystemExit(f"verl_cpu_smoke: --model {choice}: not tiny, smollm2 or a model folder (no config.json)")
+        return choice
     from recipe.forge.hf.tiny import save_tiny_model_dir
 
     path = out / "tiny_model"
@@ -210,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="resume from the latest checkpoint under --out")
     parser.add_argument("--async", dest="async_mode", choices=["colocate_async", "separate_async"], default=None,
                         help="verl's asynchronous trainer mode (trainer.v1.trainer_mode); default: sync")
-    parser.add_argument("--model", choices=["tiny", "smollm2"], default="tiny")
+    parser.add_argument("--model", default="tiny", help="tiny (built in --out), smollm2, or a model folder")
     parser.add_argument("--out", default=None, help="run folder (default: a new temporary folder)")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides")
     args = parser.parse_args(argv)

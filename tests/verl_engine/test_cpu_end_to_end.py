@@ -61,6 +61,14 @@ def two_nodes():
         yield running
 
 
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory) -> tuple[str, str]:
+    """The smoke script's tiny Llama, built once for every run of this module: ``--model <folder>``."""
+    from recipe.forge.hf.tiny import save_tiny_model_dir
+
+    return ("--model", save_tiny_model_dir(tmp_path_factory.mktemp("tiny_llama")))
+
+
 def metrics_lines(out: Path) -> int:
     path = out / "run" / "metrics.jsonl"
     return len(path.read_text().splitlines()) if path.exists() else 0
@@ -94,10 +102,10 @@ def killed_in_iteration_3(cluster, out: Path, args: tuple[str, ...]) -> tuple[st
     return stderr, int(server["pid"])
 
 
-def test_forge_on_two_nodes_with_distillation_kl_and_rollout_correction_survives_a_killed_server(two_nodes, tmp_path,
-                                                                                                 load_script):
-    run = ("--nodes", "2", "--ranks", "1", "--agent-workers", "2", "--distill", "--kl", "--save-freq", "2",
-           "--group-size", "4")  # 4 copies: groups rarely all tie
+def test_forge_on_two_nodes_with_distillation_kl_and_rollout_correction_survives_a_killed_server(
+        two_nodes, tmp_path, load_script, tiny_llama):
+    run = (*tiny_llama, "--nodes", "2", "--ranks", "1", "--agent-workers", "2", "--distill", "--kl",
+           "--save-freq", "2", "--group-size", "4")  # 4 copies: groups rarely all tie
     stderr, pid = killed_in_iteration_3(two_nodes, tmp_path, (*run, "--iterations", "3", ROLLOUT_IS))
     # the run ends with one line naming the dead process and the iteration
     assert (f"worker died: rollout server slea_rl_hf_server_1 (HFRolloutServer, pid {pid}, node " in stderr
@@ -153,14 +161,15 @@ def test_forge_on_two_nodes_with_distillation_kl_and_rollout_correction_survives
 
 
 @pytest.mark.parametrize("mode", ["colocate_async", "separate_async"])
-def test_forge_in_verls_async_modes_records_versions_and_resumes_where_it_stopped(two_nodes, tmp_path, mode):
+def test_forge_in_verls_async_modes_records_versions_and_resumes_where_it_stopped(two_nodes, tmp_path, mode,
+                                                                                         tiny_llama):
     """verl's async trainer modes on the two-node cluster the test above runs on (colocate_async: trainer and hf
     server on one logical GPU, partial rollouts; separate_async: a standalone hf server on the other node's GPU,
     its weights through the object store, two local updates per sync), forge with the library from iteration 1,
     verl's staleness bound 2: iteration 1 and its checkpoint, then a resume that trains iteration 2 from the groups
     verl kept in flight."""
     env = two_nodes.client_env()
-    run = ("--async", mode, "--save-freq", "1", "trainer.v1.sampler.max_off_policy_threshold=2")
+    run = (*tiny_llama, "--async", mode, "--save-freq", "1", "trainer.v1.sampler.max_off_policy_threshold=2")
     first = smoke(tmp_path, *run, "--iterations", "1", env=env)
     assert first["async_mode"] == mode and first["steps"] == [1] and first["grad_norms"][0] > 0
     # iteration 1 trains rollouts of the initial weights: verl's rollout correction sees the same policy (in
@@ -240,10 +249,10 @@ def check_sharded_checkpoint(actor: Path, world_size: int) -> None:
         assert all(piece.shape[0] < tensor.shape[0] for piece in pieces), name  # no rank holds the whole
 
 
-def test_grpo_trains_two_iterations(tmp_path):
+def test_grpo_trains_two_iterations(tmp_path, tiny_llama):
     # Sampling is not seeded, so a group of copies can tie: 4 copies of 2 tasks over 2 iterations make an
     # iteration with some non-zero advantage near certain, and each iteration is checked against its own advantages.
-    summary = smoke(tmp_path, "--estimator", "grpo", "--group-size", "4")
+    summary = smoke(tmp_path, *tiny_llama, "--estimator", "grpo", "--group-size", "4")
     assert summary["iterations"] == 2
     assert any(advantage > 0 for advantage in summary["advantage_abs_max"])
     for advantage, grad_norm in zip(summary["advantage_abs_max"], summary["grad_norms"]):

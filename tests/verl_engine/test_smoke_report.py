@@ -20,3 +20,12 @@ def test_the_runs_verdict_is_kept_and_rays_copies_of_worker_logs_are_left_out(lo
         "Training Progress:  67%|######6   | 2/3 [00:40<00:20, 20.0s/it]",
         "worker died: rollout server slea_rl_hf_server_1 (HFRolloutServer, pid 16643, node 192.0.2.2) died during "
         "iteration 3"]
+
+
+def test_a_model_folder_without_a_config_is_refused_in_one_line(load_script, tmp_path):
+    import pytest
+
+    smoke = load_script("verl_cpu_smoke.py")
+    with pytest.raises(SystemExit, match=f"--model {tmp_path}: not tiny, smollm2 or a model folder"):
+        smoke.main(["--json", "--model", str(tmp_path), "--out", str(tmp_path / "run")])
+    assert not (tmp_path / "run" / "tiny_model").exists()  # nothing built in its place
