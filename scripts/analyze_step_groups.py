@@ -49,6 +49,7 @@ def samples_of(rows: list[dict]) -> StepSamples:
         step_reward=column((r["score"] for r in rows), np.float64),
         is_action_valid=column((r["valid"] for r in rows), bool),
         anchor_obs=column((r["observation"] for r in rows), object),
+        next_anchor_obs=column((r.get("next_observation") for r in rows), object),
         cluster_id=column((r.get("cluster_id") for r in rows), object),
         episode_return=column((r["episode_reward"] for r in rows), np.float64),
         success=column((r["success"] for r in rows), bool),

@@ -35,28 +35,6 @@ def compose(preset: str, overrides: Sequence[str]):
         return hydra_compose(config_name="forge_trainer", overrides=[f"+experiment={preset}", *overrides])
 
 
-class NoisyExpert:
-    """The Generator protocol: the expert's action with probability ``p``, else a random admissible action; an
-    answer that does not parse with probability ``invalid`` (drawn first)."""
-
-    def __init__(self, envs, p: float, invalid: float, seed: int):
-        from agent_system.testing.policies import ExpertGenerator, RandomGenerator
-
-        self.envs, self.p, self.invalid = envs, p, invalid
-        self.rng = np.random.default_rng(seed)
-        self.expert, self.random = ExpertGenerator(envs, seed), RandomGenerator(envs, seed + 1)
-
-    def generate(self, messages, sampling):
-        from agent_system.testing.policies import byte_output
-
-        experts, randoms = self.expert.respond(messages), self.random.respond(messages)
-        texts = []
-        for expert, other in zip(experts, randoms):
-            draw = self.rng.random()
-            texts.append("<action>" if draw < self.invalid else expert if self.rng.random() < self.p else other)
-        return [byte_output(m, t) for m, t in zip(messages, texts)]
-
-
 def tally(candidates) -> dict[str, Counter]:
     """Per level: how many candidates are right, wrong, or name no checkable action."""
     from recipe.forge.experience.lesson_quality import verdict
@@ -72,6 +50,7 @@ def probe(cfg, p: float, invalid: float, iterations: int, seed: int) -> dict:
     from agent_system.environments import make_envs
     from agent_system.multi_turn_rollout.protocols import SamplingParams
     from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
+    from agent_system.testing.policies import NoisyExpert
     from recipe.forge.run_config import load_run_config
     from recipe.forge.experience.extract_credit import step_credit
     from recipe.forge.experience.evolution import partition, select
@@ -80,7 +59,7 @@ def probe(cfg, p: float, invalid: float, iterations: int, seed: int) -> dict:
     algorithm = load_run_config(cfg).algorithm
     forge = algorithm.forge
     envs, _ = make_envs(cfg)
-    generator = NoisyExpert(envs, p, invalid, seed)
+    generator = NoisyExpert(envs, p, invalid, seed, exclude_expert=False)
     collector = TrajectoryCollector(progress=False)
     extractors = {"outcome": RuleExtractor(forge.lesson_style),
                   "step": step_credit(RuleExtractor(forge.lesson_style), forge.lesson_style, algorithm.gamma,

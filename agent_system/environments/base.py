@@ -168,6 +168,7 @@ class EnvironmentManagerBase:
         self.step_count = np.zeros(n, dtype=np.int64)
         self.episode_reward = np.zeros(n, dtype=np.float64)
         self.won = np.zeros(n, dtype=bool)
+        self.terminated = np.zeros(n, dtype=bool)  # the environment (not a step limit) ended the episode
         self.last_obs: list[str] = [""] * n
         self.last_info: list[dict[str, Any]] = [{} for _ in range(n)]
         self.failure_reason: list[str | None] = [None] * n
@@ -235,6 +236,7 @@ class EnvironmentManagerBase:
             info["is_action_valid"] = bool(valid[j])
             info["action"] = actions[j]
             self.won[i] = bool(info.get("won", False))
+            self.terminated[i] = bool(res.terminated)
             reason = info.get("failure_reason")
             if reason is not None:
                 self.failure_reason[i] = reason
@@ -247,6 +249,12 @@ class EnvironmentManagerBase:
             if res.done or reason is not None or self.step_count[i] >= self.max_steps:
                 self.active[i] = False
         return self.active_observations(), rewards, ~self.active, list(self.last_info)
+
+    def next_anchors(self, obs: Observations, indices: Sequence[int]) -> list[str | None]:
+        """The raw observation each of ``indices`` reached with its last step (``obs``: what :meth:`step` returned),
+        None where the environment ended the episode (a terminal state, or an infrastructure failure): a step
+        limit, the environment's own truncation included, leaves the state it cut the episode at."""
+        return [None if self.terminated[i] else obs.anchor[i] for i in indices]
 
     def project_actions(self, responses: Sequence[str], indices: Sequence[int]) -> tuple[list[str], np.ndarray]:
         """Model responses -> (actions sent to the environments, validity mask). Never raises."""

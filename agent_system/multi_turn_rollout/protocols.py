@@ -132,6 +132,9 @@ class StepRecord:
     policy_version: int | None = None
     policy_version_last: int | None = None
     library_version: int | None = None
+    # the raw observation the action led to; None where the environment ended the episode (a terminal state). A
+    # step limit does not end the environment: the observation it cut the episode at is kept
+    next_anchor_obs: str | None = None
 
 
 @runtime_checkable

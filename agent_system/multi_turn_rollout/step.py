@@ -87,11 +87,13 @@ def response_text(output: GenerationOutput) -> str:
 
 
 def finish_step(prepared: PreparedStep, output: GenerationOutput, reward: float, done: bool,
-                info: dict[str, Any], expert_action: str | None = None) -> StepRecord:
+                info: dict[str, Any], expert_action: str | None = None,
+                next_anchor_obs: str | None = None) -> StepRecord:
     """The StepRecord of a generated and applied step; ``reward``, ``done`` and ``info`` are the environment's
     answer to :func:`response_text` of ``output`` (``info`` gives the projected ``action`` and
     ``is_action_valid``; its ``image`` is not kept); ``expert_action`` is the environment's expert action at the
-    state the step acted on (None: it has none). The expert never reaches the step's query: retrieval and the
+    state the step acted on (None: it has none); ``next_anchor_obs`` the raw observation the step led to (the
+    manager's ``next_anchors``: None where the environment ended the episode). The expert never reaches the step's query: retrieval and the
     policy do not see it, only the record does (lesson quality, the oracle extractor)."""
     query, experience = prepared.query, prepared.experience
     kept = {k: v for k, v in info.items() if k not in INFO_DROP}
@@ -120,4 +122,5 @@ def finish_step(prepared: PreparedStep, output: GenerationOutput, reward: float,
         policy_version=None if output.policy_versions is None else int(output.policy_versions[0]),
         policy_version_last=None if output.policy_versions is None else int(output.policy_versions[1]),
         library_version=experience.library_version,
+        next_anchor_obs=next_anchor_obs,
     )

@@ -119,3 +119,47 @@ class GarbageGenerator(CountingGenerator):
             k = int(self.rng.integers(len(_GARBAGE) + 1))
             out.append("x" * 100_000 + "<action>" if k == len(_GARBAGE) else _GARBAGE[k])
         return out
+
+
+class NoisyExpert(CountingGenerator):
+    """A scripted learner: an answer that does not parse with probability ``invalid`` (drawn first), else the
+    environment's expert action with probability ``p``, else another action of the state.
+
+    The other action is drawn uniformly from the state's admissible actions without the expert's
+    (``exclude_expert``; with it False, from all of them, the expert's included); where the environment lists none,
+    ``other_action(expert)`` gives one (None: an empty, invalid answer). Every expert action consulted is kept in
+    ``experts[(traj_uid, step)]``, also for environments whose step records do not carry it."""
+
+    def __init__(self, envs: EnvironmentManagerBase, p: float, invalid: float, seed: int = 0,
+                 exclude_expert: bool = True, other_action=None):
+        super().__init__()
+        if not (0.0 <= p <= 1.0 and 0.0 <= invalid <= 1.0):
+            raise ValueError(f"p={p} and invalid={invalid} must be probabilities")
+        self.envs, self.p, self.invalid, self.exclude_expert = envs, p, invalid, exclude_expert
+        self.other_action = other_action or (lambda expert: None)
+        self.rng = np.random.default_rng(seed)
+        self.experts: dict[tuple[str, int], str | None] = {}
+
+    def respond(self, messages):
+        idx = np.flatnonzero(self.envs.active).tolist()
+        if len(idx) != len(messages):
+            raise ValueError(f"NoisyExpert got {len(messages)} conversations for {len(idx)} active environments")
+        out = []
+        for i, expert in zip(idx, self.envs.expert_actions(idx)):
+            self.experts[(self.envs.traj_uids[i], int(self.envs.step_count[i]))] = expert
+            if self.rng.random() < self.invalid:
+                out.append("<action>")
+            elif expert is not None and self.rng.random() < self.p:
+                out.append(tagged(expert))
+            else:
+                out.append(self._other(i, expert))
+        return out
+
+    def _other(self, i: int, expert: str | None) -> str:
+        admissible = [str(a) for a in self.envs.last_info[i].get("admissible_actions") or []]
+        if self.exclude_expert and expert is not None:
+            admissible = [a for a in admissible if a.strip().lower() != expert.strip().lower()]
+        if admissible:
+            return tagged(admissible[self.rng.integers(len(admissible))])
+        other = self.other_action(expert)
+        return tagged(other) if other is not None else "<action></action>"

@@ -22,7 +22,13 @@ from recipe.forge.experience.render import LESSON_STYLES
 ENGINES = ("local", "verl", "api")
 ADVANTAGE_MODES = ("mean_norm", "mean_std_norm")
 EPISODE_NORM_OVER = ("steps", "trajectories")
-STEP_GROUPS = ("cluster", "cluster_and_turn")  # forge step groups: the paper's, or also by turn (time-aware)
+# step groups: one state (forge: its cluster, the paper's; gigpo: its anchor, GiGPO's), one state at one turn, or a
+# trajectory's first visit to a state only (recipe/forge/step_samples.py step_group_keys)
+FORGE_STEP_GROUPS = ("cluster", "cluster_and_turn", "first_visit")
+GIGPO_STEP_GROUPS = ("anchor", "anchor_and_turn", "first_visit")
+# step values: the discounted return from the step on (the paper's, GiGPO's), or the reward plus the next state's
+# mean / best value over the task group's steps (recipe/forge/step_samples.py step_values)
+STEP_VALUES = ("return", "next_state", "best_next_state")
 RETRIEVAL_MODES = ("observation", "task", "hybrid", "clustered")
 DIVERGENCES = ("kl", "reverse_kl", "jsd")
 EXTRACTORS = ("rule", "llm", "oracle")  # oracle: expert-action lessons, the ceiling (measurement only)
@@ -36,6 +42,8 @@ class GiGPOValues:
     step_advantage_w: float = 1.0
     mode: str = "mean_norm"
     episode_norm_over: str = "steps"
+    step_groups: str = "anchor"
+    step_value: str = "return"
     enable_similarity: bool = False
     similarity_thresh: float = 0.95
 
@@ -44,6 +52,8 @@ class GiGPOValues:
         check_range(f"{p}.step_advantage_w", self.step_advantage_w, 0.0)
         check_choice(f"{p}.mode", self.mode, ADVANTAGE_MODES)
         check_choice(f"{p}.episode_norm_over", self.episode_norm_over, EPISODE_NORM_OVER)
+        check_choice(f"{p}.step_groups", self.step_groups, GIGPO_STEP_GROUPS)
+        check_choice(f"{p}.step_value", self.step_value, STEP_VALUES)
         check_range(f"{p}.similarity_thresh", self.similarity_thresh, 0.0, 1.0)
 
 
@@ -56,6 +66,7 @@ class ForgeValues:
     mode: str = "mean_norm"
     episode_norm_over: str = "steps"
     step_groups: str = "cluster"
+    step_value: str = "return"
     enable_similarity: bool = False
     similarity_thresh: float = 0.95
     golden_capacity_per_level: int = 100
@@ -95,7 +106,8 @@ class ForgeValues:
         check_range(f"{p}.step_advantage_w", self.step_advantage_w, 0.0)
         check_choice(f"{p}.mode", self.mode, ADVANTAGE_MODES)
         check_choice(f"{p}.episode_norm_over", self.episode_norm_over, EPISODE_NORM_OVER)
-        check_choice(f"{p}.step_groups", self.step_groups, STEP_GROUPS)
+        check_choice(f"{p}.step_groups", self.step_groups, FORGE_STEP_GROUPS)
+        check_choice(f"{p}.step_value", self.step_value, STEP_VALUES)
         check_range(f"{p}.similarity_thresh", self.similarity_thresh, 0.0, 1.0)
         if self.enable_similarity or self.similarity_thresh != 0.95:
             raise ConfigError(

@@ -9,10 +9,13 @@ one task), a trajectory uid (``traj_index``) and a step-group key. The advantage
   step's invalid-action penalty) normalised over its task group. Statistics are taken over all step samples
   of the group (``episode_norm_over="steps"``, longer trajectories weigh more) or over one score per
   trajectory (``"trajectories"``). A singleton group uses mean 0 and std 1.
-* ``A_step``: the sample's discounted step return normalised over its step group, the samples of the same
-  task group whose step keys are equal. GiGPO keys are the anchor observations (exact match, or greedy
-  similarity clusters); forge keys are supplied by the caller (the observation index's cluster ids, the same
-  clusters that drove retrieval). A singleton step group gives 0.
+* ``A_step``: the sample's step value normalised over its step group, the samples of the same task group whose
+  step keys are equal. GiGPO keys are the anchor observations (exact match, or greedy similarity clusters);
+  forge keys are supplied by the caller (the observation index's cluster ids, the same clusters that drove
+  retrieval). A singleton step group gives 0. The step value is the paper's discounted return from the step on
+  (:func:`compute_step_discounted_returns`), or what the action led to (:func:`compute_next_state_values`: the
+  step's reward plus the discounted value of the state it reached, which does not depend on the turn the action
+  was taken at).
 
 Modes: ``mean_norm`` (x - mean) and ``mean_std_norm`` ((x - mean) / (std + epsilon)); std is the unbiased
 sample standard deviation, as in verl's GRPO. Every group operation is a scatter over integer group ids
@@ -32,6 +35,8 @@ from recipe.forge.experience.bounds import bounded_key
 
 ADVANTAGE_MODES = ("mean_norm", "mean_std_norm")
 EPISODE_NORM_OVER = ("steps", "trajectories")
+STATE_VALUES = ("mean", "best")  # the value of a state in compute_next_state_values
+TERMINAL, UNSEEN = -1, -2  # next-state ids of compute_next_state_values: the episode ended; a state no step left
 
 
 def factorize(keys: Sequence[Any] | np.ndarray) -> tuple[np.ndarray, int]:
@@ -97,6 +102,65 @@ def compute_step_discounted_returns(
     returns = np.empty(n)
     returns[order] = padded[row, position]
     return returns
+
+
+def compute_next_state_values(
+    rewards: np.ndarray | torch.Tensor,
+    state_ids: np.ndarray,
+    next_state_ids: np.ndarray,
+    gamma: float,
+    horizon: int,
+    *,
+    value: str = "mean",
+) -> np.ndarray:
+    """Step values that credit where an action led, not when it was taken: Q_i = r_i + gamma * V(s'_i).
+
+    Every step i is one observed transition s_i -> s'_i with reward r_i of a graph whose nodes are states (a state
+    is one step-group key inside one task group: the caller numbers them). V is the state's value on that graph:
+
+        value="mean": V(s) = mean over the steps i taken at s of r_i + gamma * V(s'_i)   (the behaviour policy's)
+        value="best": V(s) = max  over the steps i taken at s of r_i + gamma * V(s'_i)   (the best continuation seen)
+
+    from V = 0, ``horizon`` sweeps (the longest episode: every path seen is then valued to its end). V(s') = 0 where
+    the environment ended the episode (``TERMINAL``). A next state in which no step was taken (``UNSEEN``: a step
+    limit cut the episode there) has no value of its own and takes the value of the state the step left, V(s_i).
+    Two steps that took one action at one state reach one next state in a deterministic environment, so they get
+    one value whatever their turns: a revisited state's later visit is not worth more for being later.
+
+    Args:
+        rewards: (n,) environment reward of each step (no invalid-action penalty: it is not carried to other steps).
+        state_ids: (n,) int64 in [0, n_states): the state each step was taken in.
+        next_state_ids: (n,) int64: the state it led to, TERMINAL or UNSEEN.
+        gamma: discount in [0, 1].
+        horizon: number of sweeps, >= 0.
+
+    Returns:
+        (n,) float64 Q_i.
+    """
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma={gamma} must be in [0, 1]")
+    if value not in STATE_VALUES:
+        raise ValueError(f"value={value!r}; choose one of {STATE_VALUES}")
+    r = _as_numpy(rewards).astype(np.float64)
+    states = np.asarray(state_ids, dtype=np.int64)
+    nxt = np.asarray(next_state_ids, dtype=np.int64)
+    if not r.shape == states.shape == nxt.shape:
+        raise ValueError(f"rewards {r.shape}, state_ids {states.shape} and next_state_ids {nxt.shape} must align")
+    n_states = int(states.max()) + 1 if states.size else 0
+    if nxt.size and (nxt.max() >= n_states or nxt.min() < UNSEEN):
+        raise ValueError(f"next_state_ids must be in [0, {n_states}), TERMINAL ({TERMINAL}) or UNSEEN ({UNSEEN})")
+    target = np.where(nxt == UNSEEN, states, nxt)
+    alive = target >= 0
+    counts = np.bincount(states, minlength=n_states)
+    values = np.zeros(n_states)
+    for _ in range(max(0, int(horizon))):
+        q = r + gamma * np.where(alive, values[np.maximum(target, 0)], 0.0)
+        if value == "mean":
+            values = np.bincount(states, weights=q, minlength=n_states) / np.maximum(counts, 1)
+        else:
+            values = np.full(n_states, -np.inf)
+            np.maximum.at(values, states, q)
+    return r + gamma * np.where(alive, values[np.maximum(target, 0)], 0.0)
 
 
 def apply_invalid_action_penalty(
@@ -192,7 +256,7 @@ def compute_step_advantage(
     """Step-level advantage of each sample over its step group; singleton groups give 0.
 
     Args:
-        step_returns: (n,) discounted step returns.
+        step_returns: (n,) step values (discounted returns, or next-state values), penalised.
         step_group_ids: (n,) dense int group ids (already combined with the task-group uid).
 
     Returns:
@@ -268,13 +332,15 @@ def compute_forge_advantage(
 
     Args:
         token_level_rewards: (bs, response_len); its row sum is the sample's episode score.
-        step_rewards: (bs,) discounted step returns (see :func:`compute_step_discounted_returns`), with the
-            invalid-action penalty already applied (:func:`apply_invalid_action_penalty`).
+        step_rewards: (bs,) step values: discounted step returns (:func:`compute_step_discounted_returns`) or
+            next-state values (:func:`compute_next_state_values`), with the invalid-action penalty already applied
+            (:func:`apply_invalid_action_penalty`).
         response_mask: (bs, response_len), 1 on response tokens.
         index: (bs,) task-group uid.
         traj_index: (bs,) trajectory uid.
-        step_group_keys: (bs,) step-group key of each sample (the observation index's cluster id); only
-            compared within a task group. Ignored when ``use_step_rewards`` is False.
+        step_group_keys: (bs,) step-group key of each sample (the observation index's cluster id, or the
+            caller's refinement of it: by turn, first visits); only compared within a task group. Ignored when
+            ``use_step_rewards`` is False.
 
     Returns:
         advantages, returns: (bs, response_len), the same tensor, zero outside the response mask.

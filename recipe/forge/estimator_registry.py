@@ -1,65 +1,67 @@
 """``forge`` and ``gigpo`` in verl's advantage-estimator registry.
 
-verl's generic ``compute_advantage`` passes only token_level_rewards, response_mask, index (uid) and config; the
-step data comes from SLEA-RL's trainers, either as keyword arguments (``step_rewards``: the penalised discounted
-step returns, ``traj_index``, ``anchor_obs``, ``step_group_keys``: the observation clusters) or inside the
-``non_tensor_batch`` it forwards (keys ``step_rewards``, ``traj_uid``, ``anchor_obs``, ``cluster_id``). Both
-entries compute through :func:`recipe.forge.step_samples.step_advantage`, as the engines do.
+verl's generic ``compute_advantage`` passes only token_level_rewards, response_mask, index (uid) and config. The
+step-level estimators need the batch's steps: a :class:`recipe.forge.step_samples.StepSamples` as the keyword
+``step_samples``, or the non-tensor batch verl forwards holding one column per StepSamples field but ``uid`` (verl's
+``index`` is the task group), as SLEA-RL's trainers build them. Both entries then compute exactly as the engines do:
+:func:`recipe.forge.step_samples.step_inputs` (states, step groups and step values by the estimator's section, every
+rule included) and :func:`recipe.forge.step_samples.step_advantage`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from dataclasses import fields, replace
+from typing import Any
 
 import numpy as np
 
-from recipe.forge.step_samples import step_advantage
+from recipe.forge.step_samples import StepSamples, samples_advantage, step_inputs
 
-STEP_INPUTS = ("step_rewards", "traj_index", "anchor_obs", "step_group_keys")
-_NON_TENSOR_NAMES = {"step_rewards": "step_rewards", "traj_index": "traj_uid", "anchor_obs": "anchor_obs",
-                     "step_group_keys": "cluster_id"}
+SAMPLE_COLUMNS = tuple(f.name for f in fields(StepSamples) if f.name != "uid")
 
 
-def _step_inputs(kwargs: dict, needed: Sequence[str], estimator: str) -> dict:
-    found = {name: kwargs.get(name) for name in STEP_INPUTS}
-    batch = kwargs.get("non_tensor_batch") or {}
-    for name, key in _NON_TENSOR_NAMES.items():
-        if found[name] is None and key in batch:
-            found[name] = batch[key]
-    missing = [name for name in needed if found[name] is None]
-    if missing:
-        raise ValueError(
-            f"advantage estimator {estimator!r} needs per-step inputs {missing}: run it through SLEA-RL's "
-            "trainers (trainer.engine=local or verl with the forge trainer), which pass the step data"
-        )
-    return found
+def _samples(kwargs: dict, index: Any, estimator: str) -> StepSamples:
+    samples = kwargs.get("step_samples")
+    if samples is None:
+        batch = kwargs.get("non_tensor_batch") or {}
+        missing = [name for name in SAMPLE_COLUMNS if name not in batch]
+        if missing:
+            raise ValueError(
+                f"advantage estimator {estimator!r} needs the batch's steps (step_samples=StepSamples, or the "
+                f"non-tensor columns {list(SAMPLE_COLUMNS)}; missing {missing}): run it through SLEA-RL's trainers "
+                "(trainer.engine=local or verl with the forge trainer), which pass them"
+            )
+        samples = StepSamples(uid=np.asarray(index, dtype=object),
+                              **{name: np.asarray(batch[name]) for name in SAMPLE_COLUMNS})
+    if index is not None:
+        samples = replace(samples, uid=np.asarray(index, dtype=object))  # verl's task groups
+    return samples
 
 
-def _section(config: Any, name: str) -> Any:
-    section = config.get(name) if config is not None and hasattr(config, "get") else None
-    if section is None:
-        from recipe.forge.config_schema import ForgeConfig, GiGPOConfig
+def _settings(config: Any) -> Any:
+    if config is not None and hasattr(config, "get") and config.get("forge") is not None:
+        return config
+    from recipe.forge.config_schema import ForgeAlgoConfig
 
-        section = {"forge": ForgeConfig, "gigpo": GiGPOConfig}[name]()
-    return section
+    return ForgeAlgoConfig()
+
+
+def _advantage(estimator: str, token_level_rewards, response_mask, index, config, kwargs):
+    algorithm = _settings(config)
+    samples = _samples(kwargs, index, estimator)
+    return samples_advantage(estimator, token_level_rewards, response_mask, samples,
+                             step_inputs(samples, estimator, algorithm), algorithm)
 
 
 def forge_adv_estimator(token_level_rewards, response_mask, index=None, config=None, **kwargs):
-    """verl-registry entry for ``forge``: reads ``config.forge`` (a ForgeAlgoConfig) for its settings."""
-    settings = _section(config, "forge")
-    needed = ("step_rewards", "traj_index", "step_group_keys") if settings.use_step_rewards else ("traj_index",)
-    step = _step_inputs(kwargs, needed, "forge")
-    returns = step["step_rewards"] if step["step_rewards"] is not None else np.zeros(len(index))
-    return step_advantage("forge", token_level_rewards, response_mask, returns, index, step["traj_index"],
-                          settings=settings, cluster_id=step["step_group_keys"])
+    """verl-registry entry for ``forge``: ``config`` is the typed algorithm section (its ``forge``, ``gamma`` and
+    ``invalid_action_penalty_coef``; defaults without one)."""
+    return _advantage("forge", token_level_rewards, response_mask, index, config, kwargs)
 
 
 def gigpo_adv_estimator(token_level_rewards, response_mask, index=None, config=None, **kwargs):
-    """verl-registry entry for ``gigpo``: reads ``config.gigpo`` for its settings."""
-    settings = _section(config, "gigpo")
-    step = _step_inputs(kwargs, ("step_rewards", "traj_index", "anchor_obs"), "gigpo")
-    return step_advantage("gigpo", token_level_rewards, response_mask, step["step_rewards"], index,
-                          step["traj_index"], settings=settings, anchor_obs=step["anchor_obs"])
+    """verl-registry entry for ``gigpo``: ``config`` as for ``forge``, its ``gigpo`` section."""
+    return _advantage("gigpo", token_level_rewards, response_mask, index, config, kwargs)
 
 
 def register_with_verl() -> None:

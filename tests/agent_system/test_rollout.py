@@ -61,6 +61,21 @@ def test_records_are_consistent_with_their_trajectories():
     assert batch.metrics["num_steps"] == len(batch.steps)
 
 
+def test_each_step_records_the_observation_it_led_to_and_none_after_the_environment_ended_the_episode():
+    """Sokoban: a solved room is terminal (None); the step limit cuts the others and keeps their last observation."""
+    envs = sokoban(n=2, b=6, max_steps=5)
+    batch = TrajectoryCollector().collect(envs, RandomGenerator(envs, seed=3), SamplingParams(), seeds=range(20, 26))
+    assert {t.success for t in batch.trajectories} == {False}  # 5 random moves solve none of these rooms
+    final = envs.active_observations().anchor  # where the step limit left each environment
+    assert [t.steps[-1].next_anchor_obs for t in batch.trajectories] == final
+    solved = TrajectoryCollector().collect(envs, ExpertGenerator(envs), SamplingParams(), seeds=range(20, 26))
+    assert {t.success for t in solved.trajectories} == {True}
+    for t in batch.trajectories + solved.trajectories:
+        for step, following in zip(t.steps, t.steps[1:]):
+            assert step.next_anchor_obs == following.anchor_obs
+        assert (t.steps[-1].next_anchor_obs is None) == t.success
+
+
 def test_garbage_policy_is_all_invalid_and_never_crashes():
     envs = make_envs(run_config("gym_cards/Points24-v0", n=2, train_b=4))[0]
     gen = GarbageGenerator(seed=3)

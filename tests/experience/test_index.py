@@ -40,6 +40,20 @@ def test_joins_most_similar_and_ties_go_to_the_older_cluster():
     assert closer.assign("You arrive at safe 5. The safe 5 is closed!", 0) == 1
 
 
+def test_an_observation_keeps_its_cluster_for_the_rest_of_the_iteration():
+    """o joins p's cluster; a prototype more similar to o founds a cluster; o's later visits in the same iteration
+    stay in p's cluster (one state, one step group), and from the next iteration on o joins the closer one."""
+    o = "You arrive at countertop 2. On it you see a mug 1, a pan 3."
+    p = o.replace("you see a mug 1", "you see the mug 4")
+    closer = o.replace("pan 3", "pan 8")
+    index = ObservationIndex(threshold=0.94)
+    assert 0.94 <= sequence_similarity(o, p) < sequence_similarity(o, closer)
+    assert sequence_similarity(p, closer) < 0.94
+    assert index.assign_batch([p, o, closer, o, o], iteration=3) == [0, 0, 1, 0, 0]
+    assert index.assign(o, 4) == 1
+    assert index.assign(o, 4) == 1
+
+
 def test_matches_a_greedy_linear_reference_on_realistic_text():
     obs = synthetic.corpus(400, seed=11)
     index = ObservationIndex(threshold=0.85)

@@ -30,55 +30,53 @@ def test_recipe_imports_outside_repo_root(tmp_path):
     assert out.stdout.strip() == "True"  # a regular package, not TransferQueue's namespace folder
 
 
-def _batch():
+def _samples():
+    """Two episodes of one task group, two steps each; step returns (gamma 1, no penalty) 0.5 / 1.0 and 0 / 0."""
+    from recipe.forge.step_samples import StepSamples
+
+    objects = lambda *values: np.array(values, dtype=object)  # noqa: E731
+    return StepSamples(uid=objects("a", "a", "a", "a"), traj_uid=objects("t1", "t1", "t2", "t2"),
+                       step_index=np.array([0, 1, 0, 1]), step_reward=np.array([-0.5, 1.0, 0.0, 0.0]),
+                       is_action_valid=np.ones(4, dtype=bool), anchor_obs=objects("s", "m", "s", "m"),
+                       next_anchor_obs=objects("m", None, "m", "m"), cluster_id=objects(3, 4, 3, 4),
+                       episode_return=np.array([0.5, 0.5, 0.0, 0.0]), success=np.array([True, True, False, False]))
+
+
+def _tensors():
     rewards = torch.zeros(4, 3)
-    rewards[:, -1] = torch.tensor([1.0, 1.0, 0.0, 0.0])
-    mask = torch.ones(4, 3)
-    return dict(
-        token_level_rewards=rewards,
-        response_mask=mask,
-        index=np.array(["a", "a", "a", "a"], dtype=object),
-        traj=np.array(["t1", "t1", "t2", "t2"], dtype=object),
-        returns=np.array([0.5, 1.0, 0.0, 0.0]),
-        anchors=np.array(["s", "m", "s", "m"], dtype=object),
-    )
+    rewards[:, -1] = torch.tensor([0.5, 0.5, 0.0, 0.0])
+    return rewards, torch.ones(4, 3)
 
 
 def test_registered_forge_reads_config_and_non_tensor_batch():
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
-    b = _batch()
-    config = ForgeAlgoConfig(forge=ForgeConfig(step_advantage_w=0.5, mode="mean_std_norm"))
-    non_tensor = {"traj_uid": b["traj"], "step_rewards": b["returns"], "cluster_id": np.array([3, 4, 3, 4])}
-    adv, _ = get_adv_estimator_fn("forge")(
-        b["token_level_rewards"], b["response_mask"], index=b["index"], config=config, non_tensor_batch=non_tensor
-    )
-    expected, _ = compute_forge_advantage(
-        b["token_level_rewards"], b["returns"], b["response_mask"], b["index"], b["traj"], [3, 4, 3, 4],
-        step_advantage_w=0.5, mode="mean_std_norm",
-    )
+    samples = _samples()
+    rewards, mask = _tensors()
+    config = ForgeAlgoConfig(gamma=1.0, invalid_action_penalty_coef=0.0,
+                             forge=ForgeConfig(step_advantage_w=0.5, mode="mean_std_norm"))
+    non_tensor = {name: value for name, value in vars(samples).items() if name != "uid"}
+    adv, _ = get_adv_estimator_fn("forge")(rewards, mask, index=samples.uid, config=config, non_tensor_batch=non_tensor)
+    expected, _ = compute_forge_advantage(rewards, [0.5, 1.0, 0.0, 0.0], mask, samples.uid, samples.traj_uid,
+                                          [3, 4, 3, 4], step_advantage_w=0.5, mode="mean_std_norm")
     assert torch.allclose(adv, expected)
 
 
 def test_registered_gigpo_reads_keyword_step_data():
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
-    b = _batch()
-    config = ForgeAlgoConfig(gigpo=GiGPOConfig(step_advantage_w=2.0))
-    adv, _ = get_adv_estimator_fn("gigpo")(
-        b["token_level_rewards"], b["response_mask"], index=b["index"], config=config,
-        step_rewards=b["returns"], traj_index=b["traj"], anchor_obs=b["anchors"],
-    )
-    expected, _ = compute_gigpo_advantage(
-        b["token_level_rewards"], b["returns"], b["response_mask"], b["anchors"], b["index"], b["traj"],
-        step_advantage_w=2.0,
-    )
+    samples = _samples()
+    rewards, mask = _tensors()
+    config = ForgeAlgoConfig(gamma=1.0, invalid_action_penalty_coef=0.0, gigpo=GiGPOConfig(step_advantage_w=2.0))
+    adv, _ = get_adv_estimator_fn("gigpo")(rewards, mask, index=samples.uid, config=config, step_samples=samples)
+    expected, _ = compute_gigpo_advantage(rewards, [0.5, 1.0, 0.0, 0.0], mask, samples.anchor_obs, samples.uid,
+                                          samples.traj_uid, step_advantage_w=2.0)
     assert torch.allclose(adv, expected)
 
 
 def test_registered_estimator_without_step_data_names_what_is_missing():
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
-    b = _batch()
-    with pytest.raises(ValueError, match=r"needs per-step inputs \['step_rewards', 'traj_index', 'anchor_obs'\]"):
-        get_adv_estimator_fn("gigpo")(b["token_level_rewards"], b["response_mask"], index=b["index"])
+    rewards, mask = _tensors()
+    with pytest.raises(ValueError, match=r"'gigpo' needs the batch's steps .*missing \['traj_uid'"):
+        get_adv_estimator_fn("gigpo")(rewards, mask, index=np.array(["a"] * 4, dtype=object))

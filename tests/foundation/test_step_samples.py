@@ -17,9 +17,11 @@ from recipe.forge.config_schema import ForgeAlgoConfig, ForgeConfig, GiGPOConfig
 from recipe.forge.core_forge import compute_forge_advantage, compute_gigpo_advantage
 from recipe.forge.engines.verl.row_codec import StepExtras, row_from_record, samples_from_rows
 from recipe.forge.step_samples import (
+    StepInputs,
     StepSamples,
     samples_advantage,
     step_advantage,
+    step_inputs,
     step_returns,
     token_level_scores,
 )
@@ -104,7 +106,13 @@ def _inputs():
     samples = StepSamples.from_records(records(), RETURNS, SUCCESS)
     mask = torch.ones(6, 3)
     scores = token_level_scores(samples, mask, COEF)
-    return samples, mask, scores, step_returns(samples, GAMMA, COEF)
+    return samples, mask, scores, ForgeAlgoConfig(gamma=GAMMA, invalid_action_penalty_coef=COEF)
+
+
+def test_forge_advantage_is_also_its_returns():
+    samples, mask, scores, algorithm = _inputs()
+    adv, ret = samples_advantage("forge", scores, mask, samples, step_inputs(samples, "forge", algorithm), algorithm)
+    torch.testing.assert_close(ret, adv)
 
 
 def naive_forge_advantage(scores, returns, uid, cluster, w):
@@ -128,12 +136,14 @@ def naive_forge_advantage(scores, returns, uid, cluster, w):
 def test_forge_advantage_and_returns_match_a_naive_loop(w):
     """Both tensors forge gives (its returns are its advantages, as verl's outcome estimators return them) against
     the definition, each row's value on its response tokens and 0 elsewhere."""
-    samples, _, _, returns = _inputs()
+    samples, _, _, _ = _inputs()
     samples.cluster_id[5] = 8  # task u2's step at task u1's cluster 8: step groups are per task group
     mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 1], [1, 1, 0], [0, 0, 0]], dtype=torch.float32)
     scores = token_level_scores(samples, mask, COEF)
-    algorithm = ForgeAlgoConfig(gamma=GAMMA, invalid_action_penalty_coef=COEF, forge=ForgeConfig(step_advantage_w=w))
-    adv, ret = samples_advantage("forge", scores, mask, samples, returns, algorithm)
+    algorithm = ForgeAlgoConfig(gamma=GAMMA, invalid_action_penalty_coef=COEF,
+                                forge=ForgeConfig(step_advantage_w=w, step_value="return"))
+    returns = step_returns(samples, GAMMA, COEF)
+    adv, ret = samples_advantage("forge", scores, mask, samples, step_inputs(samples, "forge", algorithm), algorithm)
     expected = naive_forge_advantage(scores.sum(-1).tolist(), returns.tolist(), samples.uid.tolist(),
                                      samples.cluster_id.tolist(), w)
     assert len({round(v, 6) for v in expected}) == len(expected)  # every row differs: a wrong group would show
@@ -142,37 +152,51 @@ def test_forge_advantage_and_returns_match_a_naive_loop(w):
     torch.testing.assert_close(ret, want, rtol=1e-5, atol=1e-6)
 
 
+def test_paper_step_inputs_are_the_penalised_returns_grouped_by_cluster():
+    samples, _, _, algorithm = _inputs()
+    inputs = step_inputs(samples, "forge", algorithm)
+    np.testing.assert_allclose(inputs.values, step_returns(samples, GAMMA, COEF))
+    # clusters 7, 8, 9, 7, 8, 7: equal codes exactly where the clusters are equal
+    codes = inputs.group_keys
+    assert [codes[i] == codes[j] for i, j in ((0, 3), (0, 5), (1, 4), (0, 1), (2, 4))] == [True, True, True, False, False]
+
+
 def test_gigpo_advantage_needs_no_cluster_ids_and_matches_the_core():
-    samples, mask, scores, returns = _inputs()
+    samples, mask, scores, algorithm = _inputs()
     samples.cluster_id[:] = None  # gigpo never reads clusters
-    adv, _ = samples_advantage("gigpo", scores, mask, samples, returns, {"gigpo": GiGPOConfig()})
-    expected, _ = compute_gigpo_advantage(scores, returns, mask, samples.anchor_obs, samples.uid, samples.traj_uid)
+    adv, _ = samples_advantage("gigpo", scores, mask, samples, step_inputs(samples, "gigpo", algorithm), algorithm)
+    expected, _ = compute_gigpo_advantage(scores, step_returns(samples, GAMMA, COEF), mask, samples.anchor_obs,
+                                          samples.uid, samples.traj_uid)
     torch.testing.assert_close(adv, expected)
 
 
 def test_a_forge_step_without_cluster_id_is_an_error_naming_the_way_out():
-    samples, mask, scores, returns = _inputs()
+    samples, _, _, algorithm = _inputs()
     samples.cluster_id[2] = None
     with pytest.raises(ValueError, match=r"1 of 6 steps came without a cluster id.*adv_estimator=gigpo"):
-        samples_advantage("forge", scores, mask, samples, returns, {"forge": ForgeConfig()})
-    with pytest.raises(ValueError, match="the steps came without a cluster id"):
-        step_advantage("forge", scores, mask, returns, samples.uid, samples.traj_uid, settings=ForgeConfig())
+        step_inputs(samples, "forge", algorithm)
 
 
 def test_forge_without_its_step_part_needs_no_cluster_ids():
-    samples, mask, scores, returns = _inputs()
+    samples, mask, scores, _ = _inputs()
     samples.cluster_id[:] = None
+    returns = step_returns(samples, GAMMA, COEF)
     episode_only, _ = compute_forge_advantage(scores, returns, mask, samples.uid, samples.traj_uid, None,
                                               use_step_rewards=False)
     for settings in (ForgeConfig(use_step_rewards=False), ForgeConfig(step_advantage_w=0.0)):
-        adv, _ = samples_advantage("forge", scores, mask, samples, returns, {"forge": settings})
+        algorithm = ForgeAlgoConfig(gamma=GAMMA, invalid_action_penalty_coef=COEF, forge=settings)
+        inputs = step_inputs(samples, "forge", algorithm)
+        adv, _ = samples_advantage("forge", scores, mask, samples, inputs, algorithm)
         torch.testing.assert_close(adv, episode_only)
 
 
 def test_other_estimators_are_not_step_level():
-    samples, mask, scores, returns = _inputs()
+    samples, mask, scores, algorithm = _inputs()
     with pytest.raises(ValueError, match="'grpo' is not a step-level estimator"):
-        samples_advantage("grpo", scores, mask, samples, returns, ForgeAlgoConfig())
+        step_inputs(samples, "grpo", algorithm)
+    with pytest.raises(ValueError, match="'grpo' is not a step-level estimator"):
+        samples_advantage("grpo", scores, mask, samples, StepInputs(np.zeros(6), np.zeros(6, dtype=np.int64)),
+                          algorithm)
 
 
 def test_the_local_engine_and_the_registry_apply_the_same_cluster_rule():
@@ -184,40 +208,131 @@ def test_the_local_engine_and_the_registry_apply_the_same_cluster_rule():
     trajectories = [TrajectoryRecord(uid=t.split("-")[0], traj_uid=t, task="", task_type=None,
                                      steps=[s for s in steps if s.traj_uid == t], episode_reward=RETURNS[t],
                                      success=SUCCESS[t], length=0) for t in RETURNS]
-    batch = build_step_batch(RolloutBatch(steps=steps, trajectories=trajectories), 0, GAMMA, COEF)
+    batch = build_step_batch(RolloutBatch(steps=steps, trajectories=trajectories), 0, COEF)
     algorithm = ForgeAlgoConfig(adv_estimator="forge", gamma=GAMMA, invalid_action_penalty_coef=COEF)
     with pytest.raises(ValueError, match="6 of 6 steps came without a cluster id"):
         compute_advantages(batch, algorithm)
     with pytest.raises(ValueError, match="6 of 6 steps came without a cluster id"):
         forge_adv_estimator(batch.token_level_rewards, batch.response_mask, index=batch.uid, config=algorithm,
-                            step_rewards=batch.step_returns, traj_index=batch.samples.traj_uid,
-                            step_group_keys=batch.samples.cluster_id)
+                            step_samples=batch.samples)
+
+
+# An invalid answer keeps the state (reward -1 a step, as NumberLine answers it); "+" at s1 wins (+1, the end).
+# (traj, turn, state, action, reward, valid, next observation: None = the environment ended the episode)
+LOOP = [
+    ("a", 0, "s0", "?", -1.0, False, "s0"),
+    ("a", 1, "s0", "+", 0.0, True, "s1"),
+    ("a", 2, "s1", "+", 1.0, True, None),
+    ("b", 0, "s0", "-", -1.0, True, "s2"),
+    ("b", 1, "s2", "?", -1.0, False, "s2"),  # the step limit cut the episode here: s2 is kept
+]
+
+
+def loop_samples(steps=LOOP) -> StepSamples:
+    recs = [StepRecord(uid="u", traj_uid=t, step=k, anchor_obs=o, messages=[], plain_messages=[], response_text="",
+                       action=a, prompt_ids=[1], response_ids=[2], logprobs=[0.0], reward=r, is_action_valid=v,
+                       done=False, cluster_id={"s0": 0, "s1": 1, "s2": 2}[o], next_anchor_obs=n)
+            for t, k, o, a, r, v, n in steps]
+    episode = {t: sum(r for tt, _, _, _, r, _, _ in steps if tt == t) for t in {st[0] for st in steps}}
+    return StepSamples.from_records(recs, episode, {t: False for t in episode})
+
+
+def test_next_state_values_by_hand():
+    """gamma 0.5, 3 sweeps (the longest episode), mean values from V = 0:
+    sweep 1: Q = (-1, 0, 1, -1, -1); V(s0) = -2/3, V(s1) = 1, V(s2) = -1
+    sweep 2: Q = (-4/3, 1/2, 1, -3/2, -3/2); V(s0) = -7/9, V(s2) = -3/2
+    sweep 3: Q = (-25/18, 1/2, 1, -7/4, -7/4); V(s0) = (-25/18 + 1/2 - 7/4) / 3 = -95/108, V(s2) = -7/4
+    values: Q with the last V, minus the penalty 0.1 of the invalid steps."""
+    algorithm = ForgeAlgoConfig(gamma=0.5, invalid_action_penalty_coef=0.1,
+                                forge=ForgeConfig(step_value="next_state"))
+    values = step_inputs(loop_samples(), "forge", algorithm).values
+    expected = [-1 + 0.5 * (-95 / 108) - 0.1, 0.5, 1.0, -1 + 0.5 * (-7 / 4), -1 + 0.5 * (-7 / 4) - 0.1]
+    np.testing.assert_allclose(values, expected, atol=1e-12)
+    best = ForgeAlgoConfig(gamma=0.5, invalid_action_penalty_coef=0.1, forge=ForgeConfig(step_value="best_next_state"))
+    # best values: V(s1) = 1, V(s0) = max(-1 + V(s0)/2, 0 + V(s1)/2, -1 + V(s2)/2) = 1/2, V(s2) = -2 (its loop)
+    np.testing.assert_allclose(step_inputs(loop_samples(), "forge", best).values,
+                               [-1 + 0.25 - 0.1, 0.5, 1.0, -1 + 0.5 * -1.75, -1.875 - 0.1], atol=1e-12)
+
+
+def test_a_revisited_state_is_not_worth_more_for_being_later():
+    """The same invalid answer at s0 on turns 0, 1 and 2 of one episode: the paper's discounted returns rise with
+    the turn (fewer steps left to lose), the next-state values are equal."""
+    steps = [("a", k, "s0", "?", -1.0, False, "s0") for k in range(3)] + [("b", 0, "s0", "+", 1.0, True, None)]
+    samples = loop_samples(steps)
+    paper = step_inputs(samples, "forge", ForgeAlgoConfig(gamma=0.9)).values
+    assert paper[0] < paper[1] < paper[2]
+    fixed = step_inputs(samples, "forge", ForgeAlgoConfig(gamma=0.9, forge=ForgeConfig(step_value="next_state"))).values
+    assert fixed[0] == fixed[1] == fixed[2] < fixed[3]
+
+
+def test_first_visit_groups_leave_a_trajectorys_returns_to_a_state_out():
+    samples = loop_samples()
+    algorithm = ForgeAlgoConfig(gamma=0.5, forge=ForgeConfig(step_groups="first_visit"))
+    codes = step_inputs(samples, "forge", algorithm).group_keys
+    # a's second step at s0 is a group of its own; a's and b's first steps at s0 share one
+    assert codes[0] == codes[3] and len({codes[1], codes[0], codes[2], codes[4]}) == 4
+    mask = torch.ones(5, 1)
+    scores = torch.zeros(5, 1)
+    adv, _ = samples_advantage("forge", scores, mask, samples, step_inputs(samples, "forge", algorithm), algorithm)
+    assert adv[1, 0].item() == 0.0  # a later visit gets no step part
+
+
+def test_the_registry_applies_every_step_rule_as_the_engines_do():
+    from recipe.forge.estimator_registry import SAMPLE_COLUMNS, forge_adv_estimator, gigpo_adv_estimator
+
+    samples = loop_samples()
+    mask, scores = torch.ones(5, 2), torch.zeros(5, 2)
+    scores[:, -1] = torch.tensor([-2.0, -2.0, -2.0, -2.0, -2.0])
+    for estimator, entry in (("forge", forge_adv_estimator), ("gigpo", gigpo_adv_estimator)):
+        groups = "cluster_and_turn" if estimator == "forge" else "anchor_and_turn"
+        section = {"step_value": "next_state", "step_groups": groups}
+        algorithm = ForgeAlgoConfig(gamma=0.5, **{estimator: (ForgeConfig if estimator == "forge" else GiGPOConfig)(**section)})
+        expected, _ = samples_advantage(estimator, scores, mask, samples, step_inputs(samples, estimator, algorithm),
+                                        algorithm)
+        by_keyword, _ = entry(scores, mask, index=samples.uid, config=algorithm, step_samples=samples)
+        columns = {name: getattr(samples, name) for name in SAMPLE_COLUMNS}
+        by_columns, _ = entry(scores, mask, index=samples.uid, config=algorithm, non_tensor_batch=columns)
+        torch.testing.assert_close(by_keyword, expected)
+        torch.testing.assert_close(by_columns, expected)
 
 
 def test_time_aware_forge_groups_compare_a_state_only_at_one_turn():
     """Two copies answer invalidly at one state for two turns (reward -1 a step, gamma 0.5, no penalty):
     returns turn 0: -1.5, turn 1: -1. By cluster (the paper) the later visits win +0.25 whatever was answered; by
     cluster and turn every group is tied and the step part is 0. Episode part: both episodes score -2, so 0."""
-    uid = np.array(["u"] * 4, dtype=object)
-    traj = np.array(["a", "a", "b", "b"], dtype=object)
-    turn = np.array([0, 1, 0, 1])
-    cluster = np.array([5, 5, 5, 5], dtype=object)
-    returns = np.array([-1.5, -1.0, -1.5, -1.0])
+    steps = [(t, k, "s0", "?", -1.0, False, "s0") for t in "ab" for k in range(2)]
+    samples = loop_samples(steps)
     mask = torch.ones(4, 2)
     scores = torch.zeros(4, 2)
     scores[:, -1] = -2.0
-    by_cluster, _ = step_advantage("forge", scores, mask, returns, uid, traj, settings=ForgeConfig(),
-                                   cluster_id=cluster, step_index=turn)
-    assert by_cluster[:, 0].tolist() == pytest.approx([-0.25, 0.25, -0.25, 0.25])
-    by_turn, _ = step_advantage("forge", scores, mask, returns, uid, traj,
-                                settings=ForgeConfig(step_groups="cluster_and_turn"), cluster_id=cluster,
-                                step_index=turn)
-    assert by_turn.abs().max().item() == 0.0
-    # a valid answer at turn 0 (return -1.2) beside an invalid one (-1.5) still wins: +0.15 / -0.15
-    returns[2] = -1.2
-    mixed, _ = step_advantage("forge", scores, mask, returns, uid, traj,
-                              settings=ForgeConfig(step_groups="cluster_and_turn"), cluster_id=cluster, step_index=turn)
-    assert mixed[:, 0].tolist() == pytest.approx([-0.15, 0.0, 0.15, 0.0])
-    with pytest.raises(ValueError, match="needs the turn"):
-        step_advantage("forge", scores, mask, returns, uid, traj, settings=ForgeConfig(step_groups="cluster_and_turn"),
-                       cluster_id=cluster)
+
+    def advantage(step_groups: str) -> list[float]:
+        algorithm = ForgeAlgoConfig(gamma=0.5, invalid_action_penalty_coef=0.0,
+                                    forge=ForgeConfig(step_groups=step_groups))
+        adv, _ = samples_advantage("forge", scores, mask, samples, step_inputs(samples, "forge", algorithm), algorithm)
+        return adv[:, 0].tolist()
+
+    assert advantage("cluster") == pytest.approx([-0.25, 0.25, -0.25, 0.25])
+    assert advantage("cluster_and_turn") == [0.0] * 4
+
+
+def test_an_empty_generation_counts_in_its_episodes_step_values_on_the_local_engine():
+    """The verl engine's case (tests/verl_engine/test_cpu_backend.py): trajectory a has steps 0 and 1, step 1
+    generated nothing and earned 4; b one step with reward 0; gamma 0.5, one cluster. Trained rows a0 and b0:
+    episode scores 4 and 0 (mean 2); step returns 0 + 0.5 * 4 = 2 and 0 (mean 1): advantages +3 and -3. Before, the
+    local engine dropped the empty step before discounting, and a0's step return was 0."""
+    from recipe.forge.engines.local.advantages import compute_advantages
+    from recipe.forge.engines.local.batch import build_step_batch
+
+    def step(traj: str, k: int, reward: float, response: list[int]) -> StepRecord:
+        return StepRecord(uid="u", traj_uid=traj, step=k, anchor_obs="s", messages=[], plain_messages=[],
+                          response_text="", action="", prompt_ids=[1], response_ids=response,
+                          logprobs=[0.0] * len(response), reward=reward, is_action_valid=True, done=False, cluster_id=1)
+
+    steps = [step("a", 0, 0.0, [3, 4]), step("a", 1, 4.0, []), step("b", 0, 0.0, [3])]
+    trajectories = [TrajectoryRecord(uid="u", traj_uid=t, task="", task_type=None, steps=[s for s in steps if s.traj_uid == t],
+                                     episode_reward=r, success=False, length=0) for t, r in (("a", 4.0), ("b", 0.0))]
+    batch = build_step_batch(RolloutBatch(steps=steps, trajectories=trajectories), 0, 0.1)
+    assert len(batch) == 2
+    advantages, _ = compute_advantages(batch, ForgeAlgoConfig(adv_estimator="forge", gamma=0.5))
+    assert advantages[:, 0].tolist() == pytest.approx([3.0, -3.0])

@@ -108,7 +108,7 @@ def test_distillation_rows_are_the_steps_whose_prompt_carried_experiences():
              step(with_library, plain, [4, 6, 7], [8])]
     trajectories = [TrajectoryRecord(uid="g", traj_uid=s.traj_uid, task="", task_type=None, steps=[s],
                                      episode_reward=0.0, success=False, length=1) for s in steps]
-    batch = build_step_batch(RolloutBatch(steps, trajectories), 0, 1.0, 0.0)
+    batch = build_step_batch(RolloutBatch(steps, trajectories), 0, 0.0)
     encode = {"obs": [1, 2]}  # the student's prompt: the plain messages' ids
     inputs = DistillationInputs.of_batch(batch, lambda m: (encode[m[-1]["content"]], None), 0, 0.5, "reverse_kl", 1.0)
     distilled = [batch.records[i].prompt_ids for i in inputs.rows.tolist()]

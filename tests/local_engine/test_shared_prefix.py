@@ -165,7 +165,7 @@ def step_batch():
              for i, (p, r) in enumerate(zip(prompts, responses))]
     trajectories = [TrajectoryRecord(uid=s.uid, traj_uid=s.traj_uid, task="", task_type=None, steps=[s],
                                      episode_reward=0.0, success=False, length=1) for s in steps]
-    return build_step_batch(RolloutBatch(steps, trajectories), PAD, 1.0, 0.0)
+    return build_step_batch(RolloutBatch(steps, trajectories), PAD, 0.0)
 
 
 @pytest.mark.parametrize("micro_batch_size", [1, 3, 8])

@@ -32,7 +32,7 @@ def test_one_iteration_changes_weights_and_rollout_logprobs_match(tmp_path, taug
     model = trainer.policy.model
 
     rollout = trainer.collector.collect(trainer.train_envs, trainer.generator, trainer.run.rollout.sampling())
-    batch = build_step_batch(rollout, trainer.tokenizer.pad_token_id, 0.95, 0.1)
+    batch = build_step_batch(rollout, trainer.tokenizer.pad_token_id, 0.1)
     recomputed = trainer.updater.log_probs(model, batch.packed)
     assert torch.allclose(recomputed, batch.old_log_probs, atol=1e-4)
     assert 0 < batch.samples.is_action_valid.mean() < 1  # the fixture policy gives a mixed, informative batch
@@ -55,7 +55,7 @@ def one_batch(tmp_path, taught_policy, compose_cfg, run_overrides):
     trainer = make_trainer(cfg, taught_policy)
     rollout = trainer.collector.collect(trainer.train_envs, trainer.generator, trainer.run.rollout.sampling(),
                                         experience_provider=trainer.experience.provider)
-    return trainer, build_step_batch(rollout, trainer.tokenizer.pad_token_id, 0.95, 0.1)
+    return trainer, build_step_batch(rollout, trainer.tokenizer.pad_token_id, 0.1)
 
 
 def test_loss_is_finite_for_every_estimator(one_batch):
@@ -163,7 +163,7 @@ def test_lora_trains_adapters_only_and_the_reference_is_the_base_model(tmp_path,
     assert all(torch.equal(p, base_before[n]) for n, p in policy.model.named_parameters() if "lora_" not in n)
 
     rollout = trainer.collector.collect(trainer.train_envs, trainer.generator, trainer.run.rollout.sampling())
-    batch = build_step_batch(rollout, tokenizer.pad_token_id, 0.95, 0.1)
+    batch = build_step_batch(rollout, tokenizer.pad_token_id, 0.1)
     with policy.reference_context():
         ref = trainer.updater.log_probs(policy.reference_model(), batch.packed)
     fresh = make_tiny(seed=0)  # the base model the adapters were added to

@@ -48,7 +48,7 @@ def batch(rows):
              for i, (p, r) in enumerate(zip(prompts, responses))]
     trajectories = [TrajectoryRecord(uid="g", traj_uid=s.traj_uid, task="", task_type=None, steps=[s],
                                      episode_reward=0.0, success=False, length=1) for s in steps]
-    return build_step_batch(RolloutBatch(steps, trajectories), PAD, 1.0, 0.0)
+    return build_step_batch(RolloutBatch(steps, trajectories), PAD, 0.0)
 
 
 @pytest.fixture

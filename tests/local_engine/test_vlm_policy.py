@@ -153,7 +153,7 @@ def test_two_forge_iterations_on_visual_sokoban_train_with_the_library_injected(
 
     rollout = trainer.collector.collect(trainer.train_envs, trainer.generator, trainer.run.rollout.sampling(),
                                         experience_provider=trainer.experience.provider)
-    batch = build_step_batch(rollout, trainer.tokenizer.pad_token_id, 0.95, 0.1, trainer.generator.image_prompts)
+    batch = build_step_batch(rollout, trainer.tokenizer.pad_token_id, 0.1, trainer.generator.image_prompts)
     assert all(images is not None for images in batch.packed.images)
     # retrieval and step groups read the text of the state, not the image
     for record in batch.records:

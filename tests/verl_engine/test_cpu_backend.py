@@ -353,7 +353,7 @@ def test_step_groups_are_the_clusters_that_drove_retrieval_even_where_similarity
     uid = np.array(["u"] * 3, dtype=object)
     mask = torch.ones(3, 4)
     out = compute_batch_advantages("forge", uid, mask, rows, np.ones(3, bool), algorithm)
-    assert list(out["group_keys"]) == [7, 7, 7]
+    assert len(set(out["group_keys"].tolist())) == 1
     # one step group of three: A = (R - mean R) + w (R_step - mean R_step), R = R_step = 1, 0, 2 (mean 1)
     assert out["advantages"][:, 0].tolist() == pytest.approx([0.0, -2.0, 2.0])
 
@@ -371,7 +371,7 @@ def test_an_empty_generation_is_no_sample_but_its_reward_discounts_into_earlier_
     assert out["advantages"][0, :2].tolist() == pytest.approx([2.0 + 1.0] * 2)
     assert out["advantages"][2, 0].item() == pytest.approx(-2.0 - 1.0)
     assert out["advantages"][1].abs().sum() == 0 and out["rm_scores"][1].abs().sum() == 0
-    assert out["group_keys"][1] is None
+    assert out["group_keys"][1] == -1
 
 
 def test_provider_counters_come_from_the_workers_steps(make_row):

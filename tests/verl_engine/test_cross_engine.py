@@ -330,8 +330,7 @@ def local_first_iteration(state, cfg, script: dict | None = None):
     collector = TrajectoryCollector(prompt_budget=PromptBudget(prompt_length, hf.prompt_length))  # the trainer's
     rollout = collector.collect(envs, generator, greedy, system.provider, seeds=SEEDS)
     algorithm = validate_algorithm(cfg.algorithm)
-    batch = build_step_batch(rollout, tokenizer.pad_token_id, algorithm.gamma, algorithm.invalid_action_penalty_coef,
-                             hf.image_prompts)
+    batch = build_step_batch(rollout, tokenizer.pad_token_id, algorithm.invalid_action_penalty_coef, hf.image_prompts)
     advantages, _ = compute_advantages(batch, algorithm)
     forge = algorithm.forge
     weight = library_distillation_weight(len(system.library), forge)

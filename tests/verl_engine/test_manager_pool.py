@@ -274,3 +274,31 @@ def test_the_episode_view_carries_the_expert_action_of_its_state_until_the_episo
             target, current = (int(line.split(":")[1]) for line in view.anchor_obs.splitlines())
             assert view.expert_action == ("+" if current < target else "-")
         assert views[-1].expert_action is None  # the episode is over: no state to act on
+
+
+def test_an_episode_session_reports_the_observation_each_step_led_to():
+    """As the embedded engine's records (tests/agent_system/test_rollout.py): the next view's observation after a
+    step the episode goes on from or the step limit cut; None after the step the environment ended the episode with."""
+    async def episode(actions):
+        session = EpisodeSession(env_config("gym_cards/NumberLine-v0", n=1, max_steps=3), "train", 7,
+                                 pool=ManagerPool(max_idle=0))
+        pairs = []
+        try:
+            await session.reset()
+            for action in actions:
+                if session.done:
+                    break
+                outcome, view = await session.step(answer(action))
+                pairs.append((outcome.next_anchor_obs, view.anchor_obs, outcome.won))
+        finally:
+            await session.close()
+        return pairs
+
+    wandering = asyncio.run(episode(["?", "?", "?"]))  # invalid answers: the state stays, the limit cuts the third
+    assert [n == v and not won for n, v, won in wandering] == [True] * 3 and len(wandering) == 3
+    for side in ("+", "-"):
+        walk = asyncio.run(episode([side] * 3))
+        if walk[-1][2]:  # the target reached: the environment ended the episode
+            assert walk[-1][0] is None and all(n == v for n, v, _ in walk[:-1])
+            return
+    raise AssertionError("neither direction reached the target of NumberLine seed 7 within 3 steps")

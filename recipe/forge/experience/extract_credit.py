@@ -5,15 +5,18 @@ and a failed episode's last action becomes a warning even when that action was r
 earlier or ran out of steps. :class:`CreditExtractor` credits each step as the step part of the ``forge`` /
 ``gigpo`` advantage does:
 
-1. Returns. Every step of the iteration's usable trajectories (the extractor's ``batch``) gets its discounted
-   step return R_t = sum_k gamma^(k-t) r_k over its episode, with the invalid-action penalty subtracted from an
-   invalid step's own return: :func:`recipe.forge.step_samples.step_returns`, the function the engines train
-   with, with the run's ``algorithm.gamma`` and ``algorithm.invalid_action_penalty_coef``.
-2. Groups. The steps of one task group (uid) at one state: the same observation cluster (``cluster_id``, forge's
-   step groups), or the same anchor observation where a step has no cluster (gigpo's). Different uids are
-   never compared: their tasks differ.
+1. Values. Every step of the iteration's usable trajectories (the extractor's ``batch``) gets the step value the
+   ``forge`` advantage normalises, by the same rule (:func:`recipe.forge.step_samples.step_values` with the run's
+   ``algorithm.forge.step_value``, ``algorithm.gamma`` and ``algorithm.invalid_action_penalty_coef``): the
+   discounted return from the step on (the paper's ``return``) or the reward plus the value of the state the step
+   led to (``next_state``, ``best_next_state``), minus the invalid-action penalty of an invalid step.
+2. Groups. The steps of one task group (uid) in one step group of the advantage
+   (:func:`recipe.forge.step_samples.step_group_keys` with ``algorithm.forge.step_groups``): the same observation
+   cluster (``cluster_id``), or the same anchor observation where a step has no cluster; with
+   ``cluster_and_turn`` also the same turn, with ``first_visit`` a trajectory's first visit only. Different uids
+   are never compared: their tasks differ.
 3. Credit. Within a group the valid steps are split by action (whitespace-normalised). With at least two
-   actions, and one action whose mean return is above every other's (by more than :data:`TIE_TOLERANCE`):
+   actions, and one action whose mean value is above every other's (by more than :data:`TIE_TOLERANCE`):
 
    * golden ``example``: at that state, take the best action. Score: its mean return minus the runner-up's
      (the margin it won by); support: the valid steps of the group;
@@ -55,7 +58,7 @@ from recipe.forge.experience.bounds import one_line, shorten
 from recipe.forge.experience.extract_rule import MAX_ACTION, advice_at, answer_form, example_lesson
 from recipe.forge.experience.library import GOLDEN, WARNING, Candidate
 from recipe.forge.experience.render import check_lesson_style
-from recipe.forge.step_samples import StepSamples, step_returns
+from recipe.forge.step_samples import StepSamples, object_array, step_group_keys, step_values
 
 STATE_LEVELS = ("example", "pattern", "diagnostic")  # the levels that say what to do at one state
 TIE_TOLERANCE = 1e-9  # mean returns closer than this are equal (float rounding)
@@ -76,13 +79,16 @@ class CreditExtractor:
     module docstring). Counts into ``base``'s stats: ``credit_states`` (groups where actions were compared) and
     ``credit_lessons`` (state lessons made)."""
 
-    def __init__(self, base: Extractor, lesson_style: str, gamma: float, invalid_action_penalty_coef: float):
+    def __init__(self, base: Extractor, lesson_style: str, gamma: float, invalid_action_penalty_coef: float,
+                 step_value: str = "return", step_groups: str = "cluster"):
         check_range("algorithm.gamma", gamma, 0.0, 1.0)
         check_range("algorithm.invalid_action_penalty_coef", invalid_action_penalty_coef, 0.0)
         self.base = base
         self.imperative = check_lesson_style(lesson_style) == "imperative"
         self.gamma = float(gamma)
         self.penalty_coef = float(invalid_action_penalty_coef)
+        self.step_value = step_value
+        self.step_groups = step_groups
         self.stats = base.stats
         self.stats.setdefault("credit_states", 0)
         self.stats.setdefault("credit_lessons", 0)
@@ -107,11 +113,12 @@ class CreditExtractor:
             return []
         samples = StepSamples.from_records(steps, {u: t.episode_reward for u, t in episodes.items()},
                                            {u: t.success for u, t in episodes.items()})
-        returns = step_returns(samples, self.gamma, self.penalty_coef)
+        states = object_array([("cluster", s.cluster_id) if s.cluster_id is not None else ("anchor", s.anchor_obs)
+                           for s in steps])
+        returns = step_values(samples, self.step_value, self.gamma, self.penalty_coef)
         groups: dict[tuple, list[int]] = {}
-        for i, step in enumerate(steps):
-            state = ("cluster", step.cluster_id) if step.cluster_id is not None else ("anchor", step.anchor_obs)
-            groups.setdefault((step.uid, state), []).append(i)
+        for i, (step, key) in enumerate(zip(steps, step_group_keys(samples, states, self.step_groups))):
+            groups.setdefault((step.uid, int(key)), []).append(i)
         out: list[Candidate] = []
         for rows in groups.values():
             credits = action_credits([steps[i] for i in rows], returns[rows])
@@ -170,13 +177,15 @@ def action_credits(steps: Sequence[StepRecord], returns: np.ndarray) -> list[Act
 
 
 def step_credit(base: Extractor, lesson_style: str, gamma: float | None,
-                invalid_action_penalty_coef: float | None) -> CreditExtractor:
-    """The extractor of ``lesson_credit: step``: ``base`` (rule or LLM) with credit-assigned state lessons. The
-    returns need the run's ``algorithm.gamma`` and ``algorithm.invalid_action_penalty_coef``; without them a
-    ValueError says how to pass them (a silent default would rank actions by another discount than training)."""
+                invalid_action_penalty_coef: float | None, step_value: str = "return",
+                step_groups: str = "cluster") -> CreditExtractor:
+    """The extractor of ``lesson_credit: step``: ``base`` (rule or LLM) with credit-assigned state lessons, valued
+    and grouped as the forge advantage is (``algorithm.forge.step_value`` and ``step_groups``). The values need
+    the run's ``algorithm.gamma`` and ``algorithm.invalid_action_penalty_coef``; without them a ValueError says how
+    to pass them (a silent default would rank actions by another discount than training)."""
     if gamma is None or invalid_action_penalty_coef is None:
         raise ValueError(
             "algorithm.forge.lesson_credit='step' compares actions by their discounted step returns, which need "
             "the algorithm section's gamma and invalid_action_penalty_coef: build the system with "
             "ExperienceSystem.from_algorithm(algorithm) (or pass gamma= and invalid_action_penalty_coef=)")
-    return CreditExtractor(base, lesson_style, gamma, invalid_action_penalty_coef)
+    return CreditExtractor(base, lesson_style, gamma, invalid_action_penalty_coef, step_value, step_groups)

@@ -1,7 +1,10 @@
 """ObservationIndex: the observation clusters that drive both step-level retrieval and the step advantage groups.
 
 An anchor observation ``o`` joins the cluster whose prototype is most similar, if ``sim(o, prototype) >=
-threshold`` (ties: the older cluster); otherwise it founds a new cluster with itself as prototype. ``sim`` is
+threshold`` (ties: the older cluster); otherwise it founds a new cluster with itself as prototype. Within one
+iteration an observation seen before keeps the cluster it got then, even where a cluster founded since is more
+similar: one state's visits of an iteration share one step group and one set of experiences, whatever their turn
+(otherwise the visits before and after that founding would split into two groups by time). ``sim`` is
 :func:`recipe.forge.experience.similarity.sequence_similarity`; candidate prototypes come from the sub-linear
 :class:`NearDuplicateIndex`. In exact mode (``exact=True``) clusters are identical anchors, GiGPO's grouping.
 
@@ -70,6 +73,8 @@ class ObservationIndex:
         self.next_id = 0
         self.evicted = 0
         self._heap: list[tuple[int, int, int]] = []  # lazy (uses, last_used_iter, id) entries
+        self._assigned: dict[str, int] = {}  # this iteration's observation keys -> their clusters
+        self._assigned_iteration: int | None = None
         self.on_evict: list[Callable[[int], None]] = []
 
     def __len__(self) -> int:
@@ -94,17 +99,22 @@ class ObservationIndex:
         return self._search.search(self.key(obs), threshold, limit)
 
     def assign(self, obs: str, iteration: int) -> int:
-        """Cluster id of ``obs``, founding a cluster (its key the prototype) when none is similar enough; counts
-        the use."""
+        """Cluster id of ``obs``, founding a cluster (its key the prototype) when none is similar enough, or the
+        cluster ``obs`` got earlier in this ``iteration``; counts the use."""
         obs = self.key(obs)
-        hit = self._search.best(obs, self.threshold)
-        if hit is None:
-            cluster = Cluster(self.next_id, obs, 0, iteration, iteration)
-            self.next_id += 1
-            self.clusters[cluster.cluster_id] = cluster
-            self._search.add(cluster.cluster_id, obs)
-        else:
-            cluster = self.clusters[hit[0]]
+        if iteration != self._assigned_iteration:
+            self._assigned, self._assigned_iteration = {}, iteration
+        cluster = self.clusters.get(self._assigned.get(obs, -1))
+        if cluster is None:
+            hit = self._search.best(obs, self.threshold)
+            if hit is None:
+                cluster = Cluster(self.next_id, obs, 0, iteration, iteration)
+                self.next_id += 1
+                self.clusters[cluster.cluster_id] = cluster
+                self._search.add(cluster.cluster_id, obs)
+            else:
+                cluster = self.clusters[hit[0]]
+            self._assigned[obs] = cluster.cluster_id
         cluster.uses += 1
         cluster.last_used_iter = iteration
         heapq.heappush(self._heap, (cluster.uses, cluster.last_used_iter, cluster.cluster_id))

@@ -134,7 +134,8 @@ class ExperienceSystem:
         if c.lesson_credit == "step" and not view:
             from recipe.forge.experience.extract_credit import step_credit  # imports torch (step_samples)
 
-            self.extractor = step_credit(self.extractor, c.lesson_style, gamma, invalid_action_penalty_coef)
+            self.extractor = step_credit(self.extractor, c.lesson_style, gamma, invalid_action_penalty_coef,
+                                         c.step_value, c.step_groups)
         self.view = view  # a snapshot-backed worker copy: provides, never evolves
         self.iteration = 0
         self.version = 0

@@ -13,13 +13,15 @@ One line per environment step, verl's ``input``, ``output``, ``score`` and ``ste
 a multi-turn run needs to be read back::
 
     {"step": 3, "input": "<the prompt the policy was given>", "output": "<its response>", "score": 0.0,
-     "task": "...", "traj_uid": "...", "turn": 0, "observation": "...", "action": "+", "valid": true,
+     "task": "...", "traj_uid": "...", "turn": 0, "observation": "...", "next_observation": "...", "action": "+",
+     "valid": true,
      "done": false, "episode_reward": 1.0, "success": true, "cluster_id": 4, "experience_ids": ["12"],
      "experiences": [{"id": "12", "zone": "golden", "level": "example", "text": "At \\"...\\", answer with ...",
                       "advice": null}],
      "admissible_actions": ["+", "-"], "expert_action": null}
 
-``step`` is the iteration; ``turn`` the step within the episode. ``experiences`` are the shown entries as the
+``step`` is the iteration; ``turn`` the step within the episode; ``next_observation`` the observation the step led
+to (null where the environment ended the episode). ``experiences`` are the shown entries as the
 library held them when the pass ran (``text`` is the lesson; ``input`` shows it as rendered, the last entry
 possibly cut to ``max_experience_length``; ``advice``: the entry's checkable advice, ``Advice.as_dict()``, null
 where it has none); an entry the library no longer holds has only its ``id`` (the other fields null). A file is
@@ -86,7 +88,8 @@ def step_lines(trajectories: Sequence[TrajectoryRecord], iteration: int, prompt_
             out.append({
                 "step": iteration, "input": prompt_text(record), "output": record.response_text,
                 "score": float(record.reward), "task": traj.task, "traj_uid": traj.traj_uid, "turn": record.step,
-                "observation": record.anchor_obs, "action": record.action, "valid": bool(record.is_action_valid),
+                "observation": record.anchor_obs, "next_observation": record.next_anchor_obs,
+                "action": record.action, "valid": bool(record.is_action_valid),
                 "done": bool(record.done), "episode_reward": float(traj.episode_reward),
                 "success": bool(traj.success), "cluster_id": record.cluster_id,
                 "experience_ids": [str(raw) for raw in record.experience_ids],

@@ -8,7 +8,7 @@ import torch
 from recipe.forge.config_schema import ForgeAlgoConfig
 from recipe.forge.engines.local.batch import StepBatch
 from recipe.forge.engines.local.settings import check_estimator
-from recipe.forge.step_samples import STEP_ESTIMATORS, samples_advantage
+from recipe.forge.step_samples import STEP_ESTIMATORS, samples_advantage, step_inputs
 
 NEEDS_SUM_PI_SQUARED = ("optimal_token_baseline", "tir_optimal_token_baseline")
 
@@ -33,7 +33,8 @@ def compute_advantages(
     check_estimator(name)
     rewards, mask = batch.token_level_rewards, batch.response_mask
     if name in STEP_ESTIMATORS:
-        return samples_advantage(name, rewards, mask, batch.samples, batch.step_returns, algorithm)
+        inputs = step_inputs(batch.episode_samples, name, algorithm).take(batch.rows)
+        return samples_advantage(name, rewards, mask, batch.samples, inputs, algorithm)
     if name == "gae":
         if values is None:
             raise ValueError("adv_estimator 'gae' needs critic values (critic.enable=true)")

@@ -178,8 +178,8 @@ class LocalTrainer:
             generated = self.generator.tokens_generated
         timer.exclude("gen", "forge_retrieval")
         with timer.phase("prepare"):
-            batch = build_step_batch(rollout, self.tokenizer.pad_token_id, self.algorithm.gamma,
-                                     self.algorithm.invalid_action_penalty_coef, self.generator.image_prompts)
+            batch = build_step_batch(rollout, self.tokenizer.pad_token_id, self.algorithm.invalid_action_penalty_coef,
+                                     self.generator.image_prompts)
         if local.freeze_policy:  # the library alone (or the frozen policy itself): no update
             return self._finish_iteration(iteration, rollout, batch, generated, timer, {}, None)
         with timer.phase("prepare"):

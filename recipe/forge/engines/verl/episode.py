@@ -66,6 +66,7 @@ class StepOutcome:
     failure_reason: str | None
     task_score: float | None = None  # info["task_score"] where the environment reports one (WebShop, AppWorld)
     info: dict[str, Any] = field(default_factory=dict)  # the environment's step info (what finish_step reads)
+    next_anchor_obs: str | None = None  # the observation the step led to; None: the environment ended the episode
 
 
 class EpisodeSession:
@@ -151,6 +152,7 @@ class EpisodeSession:
             failure_reason=self._manager.failure_reason[0],
             task_score=None if info.get("task_score") is None else float(info["task_score"]),
             info=info,
+            next_anchor_obs=self._manager.next_anchors(obs, [0])[0],
         )
         self._view = self._make_view(obs, info)
         return outcome, self._view

@@ -59,7 +59,7 @@ from recipe.forge.engines.verl.modes import REGISTERED_MODES
 from recipe.forge.engines.verl.stale_groups import StaleGroups, count_stale_groups
 from recipe.forge.engines.verl.validation_dump import ValidationRowTap
 from recipe.forge.engines.verl.worker_faults import worker_died
-from recipe.forge.step_samples import (STEP_ESTIMATORS, samples_advantage, section_value, step_returns,
+from recipe.forge.step_samples import (STEP_ESTIMATORS, samples_advantage, section_value, step_inputs,
                                        token_level_scores)
 
 logger = logging.getLogger(__name__)
@@ -99,8 +99,9 @@ def compute_batch_advantages(
 ) -> dict[str, Any]:
     """Token-level scores, and for step-level estimators advantages, returns and step-group keys, of a batch.
 
-    A step whose generation was empty (response mask all 0) is a step of its episode: its reward counts in the
-    discounted returns of the steps before it, but it is no training sample and stays out of every group mean.
+    A step whose generation was empty (response mask all 0) is a step of its episode: its reward and its transition
+    count in the step values of the steps of its group (step_samples.step_inputs), but it is no training sample and
+    stays out of every group mean.
 
     Args:
         response_mask: (bs, response_len) padded.
@@ -108,7 +109,7 @@ def compute_batch_advantages(
 
     Returns:
         {"rm_scores": (bs, L)} plus, for forge / gigpo, {"advantages", "returns": (bs, L), "group_keys": (bs,)
-        object array: the step-group key each trained row was grouped by (None elsewhere)}.
+        int64: the step-group code each trained row was grouped by within its task group, -1 elsewhere}.
     """
     idx = np.flatnonzero(real)
     samples = samples_from_rows([extra_fields[i] for i in idx])
@@ -119,17 +120,17 @@ def compute_batch_advantages(
     scores[idx] = token_level_scores(samples, mask, coef)
     out: dict[str, Any] = {"rm_scores": scores}
     if estimator in STEP_ESTIMATORS:
-        returns = step_returns(samples, float(section_value(algorithm, "gamma")), coef)
         trained = (mask.sum(-1) > 0).numpy()
         rows = idx[trained]
-        kept = samples.take(trained)
-        adv, _ = samples_advantage(estimator, scores[rows], response_mask[rows], kept, returns[trained], algorithm)
+        inputs = step_inputs(samples, estimator, algorithm).take(trained)
+        adv, _ = samples_advantage(estimator, scores[rows], response_mask[rows], samples.take(trained), inputs,
+                                   algorithm)
         advantages = torch.zeros(response_mask.shape, dtype=torch.float32)
         advantages[rows] = adv.to(torch.float32)
         out["advantages"] = advantages
         out["returns"] = advantages.clone()
-        group_keys = np.full(len(real), None, dtype=object)
-        group_keys[rows] = kept.cluster_id if estimator == "forge" else kept.anchor_obs
+        group_keys = np.full(len(real), -1, dtype=np.int64)
+        group_keys[rows] = inputs.group_keys
         out["group_keys"] = group_keys
     return out
 
@@ -158,7 +159,7 @@ def advantage_step(batch: KVBatchMeta, forge: ForgeSteps, config: Any, metrics: 
     padded_mask = TensorDict({"m": rows.response_mask}, batch_size=len(batch)).to_padded_tensor()["m"]
     computed = compute_batch_advantages(estimator, rows.uid, padded_mask, rows.extra, rows.real, algorithm)
     if step_level:
-        computed.pop("group_keys")  # no tensor: the groups are the rows' own cluster ids (tests read them)
+        computed.pop("group_keys")  # no tensor: the step groups of the rows (tests read them)
         if forge.distill:
             _add_distillation_advantages(batch, rows, computed, forge, metrics)
     fields = TensorDict(
