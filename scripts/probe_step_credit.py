@@ -7,8 +7,9 @@ for an answer and its answer for a search). The steps go through the rollout the
 with the observation index of the environment's forge settings assigning each step its cluster, the library
 empty) and through the step-sample core and estimator they train with (recipe/forge/step_samples.py:
 ``step_inputs`` and ``samples_advantage`` with zero episode scores, so the advantage is the step part alone), once
-per variant of the step part (:data:`VARIANTS`). Per environment and variant, over every state (one observation of
-one task group):
+per variant of the step part (:data:`VARIANTS`). Per environment and variant, over every state (one anchor
+observation of one task group; ALFWorld's "Nothing happens." is the state it was said in:
+``env.alfworld.nothing_happens_anchor``):
 
 * ``precision``: at the states where the expert's action and another valid action were both taken, the share where
   the expert's action got the higher mean step advantage (ties, equal within 1e-9, are left out and counted apart);
@@ -143,7 +144,7 @@ def step_parts(steps: list, episodes: dict, algorithm: Any, variant: dict[str, s
 
 
 def step_table(steps: list, part: np.ndarray, batch: int) -> pd.DataFrame:
-    """One row per step: its state (batch, uid, observation), action class and turn, and its step part."""
+    """One row per step: its state (batch, uid, anchor observation), action class and turn, and its step part."""
     from recipe.forge.experience.lesson_quality import normalise
 
     def kind(step) -> str:

@@ -7,7 +7,11 @@ the method's overrides, ``env.seed``, the iteration budget (validation once, aft
 validation step under ``rollouts/``, for scripts/analyze_numberline_sweep.py); ``--parallel`` runs go at a time,
 one thread each. Extra Hydra overrides after ``--`` apply to every run (e.g. a model path).
 
-Methods (``--methods``, formerly ``--estimators``): ``forge`` (SLEA-RL), ``gigpo``, ``grpo``; ``oracle`` (SLEA-RL
+Methods (``--methods``, formerly ``--estimators``): ``forge`` (SLEA-RL), ``gigpo`` (as published), ``grpo``;
+``forge_paper`` (SLEA-RL with the paper's step part: discounted step returns, ``algorithm.forge.step_value=return``),
+``gigpo_fix`` (GiGPO whose step part values what an action led to, ``algorithm.gigpo.step_value=next_state``: the
+step-credit fix without the library), ``forge_distill`` (SLEA-RL with self-distillation, the library as privileged
+information, ``algorithm.forge.use_distillation=true``); ``oracle`` (SLEA-RL
 whose lessons come from the environment's expert at every visited state, ``algorithm.forge.extractor=oracle``:
 the most injection can give this policy, the ceiling); ``forge_outcome`` and ``forge_step`` (SLEA-RL with the
 paper's outcome-credited lessons, and with step-credited ones: ``algorithm.forge.lesson_credit``); ``forge_timed``
@@ -16,16 +20,25 @@ evolving over a frozen policy, ``trainer.local.freeze_policy=true``) and ``froze
 without a library). The output file holds, per method and seed::
 
     {"forge": {"0": {"val_success": 0.5, "val_success_no_library": 0.4375, "train_success_last": 0.25,
-                     "lesson_precision": 0.9}, ...},
+                     "lesson_precision": 0.9, "val_lesson_precision": 0.8, "val_valid_action_ratio": 1.0}, ...},
      "gigpo": {...}, "grpo": {...}, "oracle": {...}}
 
-``val_success_no_library`` and ``lesson_precision`` are null for methods without a library (precision: the last
-logged ``forge/lesson_precision``; null where no lesson could be checked). ``--summary`` writes the means,
+``val_success_no_library``, ``lesson_precision`` and ``val_lesson_precision`` are null for methods without a
+library (precision: the last logged ``forge/lesson_precision`` in training, and the last validation's
+``val/forge/lesson_precision``; null where no lesson could be checked). ``--summary`` writes the means,
 standard errors and the paired comparisons of ``forge`` with every other method (per-seed differences: mean,
 standard error, and whether it exceeds two standard errors), and where SLEA-RL falls between the floor
-(``gigpo``) and the ceiling (``oracle``). A run that fails stops the sweep with its log's tail. With ``--reuse``,
-a run folder that already holds a validated run of the same command keeps its figures: an interrupted sweep
-resumes where it stopped. Example:
+(``gigpo``) and the ceiling (``oracle``). A run that fails stops the sweep with its log's tail.
+
+Every run writes a checkpoint every ``--save-freq`` iterations (the newest kept) and runs with
+``trainer.resume_mode=auto``. Its folder's ``sweep_command.json`` records the command, the iteration budget and,
+once the run finished, a digest of its metrics. With ``--reuse`` a run is taken as it is only when that record
+says the same command finished, the metrics still have that digest and they end with the budget's last iteration
+and its validation; a run of the same command that did not finish is run again and continues from its last
+checkpoint (a sweep spans several sessions); a folder holding anything else (another command, a damaged record,
+metrics changed since) is moved aside to ``<folder>.replaced-<n>`` and the run starts afresh. Without
+``--reuse`` every run starts afresh, its old folder moved aside likewise. A finished run's checkpoints are deleted
+unless ``--keep-checkpoints`` (a SmolLM2 checkpoint with its optimizer is about 1.6 GB). Example:
 
     .venv/bin/python scripts/seed_sweep.py --methods forge gigpo grpo oracle --seeds 0 1 2 3 4 --iterations 12 \
         --val-tasks 16 --parallel 2 --out docs/results/seeds_numberline.json
@@ -34,8 +47,10 @@ resumes where it stopped. Example:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -44,7 +59,10 @@ from pathlib import Path
 
 METHODS: dict[str, tuple[str, ...]] = {
     "forge": ("algorithm.adv_estimator=forge",),
+    "forge_paper": ("algorithm.adv_estimator=forge", "algorithm.forge.step_value=return"),
+    "forge_distill": ("algorithm.adv_estimator=forge", "algorithm.forge.use_distillation=true"),
     "gigpo": ("algorithm.adv_estimator=gigpo",),
+    "gigpo_fix": ("algorithm.adv_estimator=gigpo", "algorithm.gigpo.step_value=next_state"),
     "grpo": ("algorithm.adv_estimator=grpo",),
     "oracle": ("algorithm.adv_estimator=forge", "algorithm.forge.extractor=oracle",
                "algorithm.forge.lesson_credit=outcome"),
@@ -55,17 +73,20 @@ METHODS: dict[str, tuple[str, ...]] = {
     "frozen": ("algorithm.adv_estimator=gigpo", "trainer.local.freeze_policy=true"),
 }
 DEFAULT_METHODS = ("forge", "gigpo", "grpo")
+FIGURES = ("val_success", "val_success_no_library", "train_success_last", "lesson_precision", "val_lesson_precision",
+           "val_valid_action_ratio")
 FLOOR, CEILING = "gigpo", "oracle"
 REPO = Path(__file__).resolve().parents[1]
 
 
 def run_overrides(method: str, seed: int, iterations: int, val_tasks: int, run_dir: Path,
-                  preset: str = "main_job") -> list[str]:
-    """The Hydra overrides of one run of the sweep."""
+                  preset: str = "main_job", save_freq: int = 5, val_every: int | None = None) -> list[str]:
+    """The Hydra overrides of one run of the sweep (validation every ``val_every`` iterations and after the last)."""
     return [
         f"+experiment={preset}", *METHODS[method], f"env.seed={seed}",
-        f"trainer.total_training_steps={iterations}", f"trainer.test_freq={iterations}",
-        f"data.val_batch_size={val_tasks}", "trainer.save_freq=-1", "trainer.val_before_train=false",
+        f"trainer.total_training_steps={iterations}", f"trainer.test_freq={val_every or iterations}",
+        f"data.val_batch_size={val_tasks}", f"trainer.save_freq={save_freq}", "trainer.max_actor_ckpt_to_keep=1",
+        "trainer.resume_mode=auto", "trainer.val_before_train=false",
         f"trainer.default_local_dir={run_dir}", f"algorithm.forge.checkpoint_dir={run_dir}/library",
         f"trainer.rollout_data_dir={run_dir}/rollouts",
         f"trainer.experiment_name=seeds_{method}_{seed}", "trainer.local.num_threads=1",
@@ -73,47 +94,109 @@ def run_overrides(method: str, seed: int, iterations: int, val_tasks: int, run_d
     ]
 
 
-def final_figures(metrics_file: Path) -> dict[str, float | None]:
-    """val_success, val_success_no_library (None when the run has none), train_success_last and lesson_precision
-    (the last logged ``forge/lesson_precision``, None when never logged) of one run's metrics.jsonl: the last
-    validation and the last iteration's training success."""
+def final_figures(metrics_file: Path, iterations: int | None = None) -> dict[str, float | None]:
+    """val_success, val_success_no_library (None when the run has none), train_success_last, lesson_precision (the
+    last logged ``forge/lesson_precision``, None when never logged), val_lesson_precision and
+    val_valid_action_ratio (the last validation's) of one run's metrics.jsonl. With ``iterations``, a ValueError
+    unless the metrics hold iterations 1..``iterations`` in order, the last one validated (an interrupted run, a torn
+    last line or a shorter budget is no final figure)."""
     from recipe.forge.runs.tracking import read_metrics  # former metric names read as current ones
 
     rows = read_metrics(metrics_file)
     if not rows:
         raise ValueError(f"{metrics_file} holds no iteration")
+    if iterations is not None:
+        seen = [r.get("iteration") for r in rows]
+        if seen != list(range(1, iterations + 1)):
+            last = seen[-1] if seen else None
+            raise ValueError(f"{metrics_file} holds iterations up to {last}, not 1..{iterations} in order")
+        if "val/success_rate" not in rows[-1]:
+            raise ValueError(f"{metrics_file}: iteration {iterations} has no validation (val/success_rate)")
     validated = [r for r in rows if "val/success_rate" in r]
     if not validated:
         raise ValueError(f"{metrics_file} holds no validation (val/success_rate)")
     last_val = validated[-1]
-    no_library = last_val.get("val_no_library/success_rate")
+
+    def optional(key: str) -> float | None:
+        return None if last_val.get(key) is None else float(last_val[key])
+
     precision = [r["forge/lesson_precision"] for r in rows if r.get("forge/lesson_precision") is not None]
     return {"val_success": float(last_val["val/success_rate"]),
-            "val_success_no_library": None if no_library is None else float(no_library),
+            "val_success_no_library": optional("val_no_library/success_rate"),
             "train_success_last": float(rows[-1]["success_rate"]),
-            "lesson_precision": float(precision[-1]) if precision else None}
+            "lesson_precision": float(precision[-1]) if precision else None,
+            "val_lesson_precision": optional("val/forge/lesson_precision"),
+            "val_valid_action_ratio": optional("val/valid_action_ratio")}
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def read_record(path: Path) -> dict | None:
+    """A run folder's sweep record, or None where there is none or it is not one (damaged, foreign)."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("command"), list):
+        return None
+    return record
+
+
+def finished_figures(record: dict, command: list[str], iterations: int, run_dir: Path) -> dict | None:
+    """The figures of a finished run of ``command`` the record vouches for, else None."""
+    metrics = run_dir / "metrics.jsonl"
+    if record.get("command") != command or record.get("iterations") != iterations or not metrics.is_file():
+        return None
+    if record.get("metrics_sha256") != digest(metrics):
+        return None
+    try:
+        return final_figures(metrics, iterations)
+    except ValueError:
+        return None
+
+
+def move_aside(run_dir: Path) -> Path:
+    """Move a run folder that holds something else out of the way (never delete): ``<folder>.replaced-<n>``."""
+    n = 1
+    while (target := run_dir.with_name(f"{run_dir.name}.replaced-{n}")).exists():
+        n += 1
+    run_dir.rename(target)
+    return target
 
 
 def run_one(method: str, seed: int, args: argparse.Namespace, extra: list[str]) -> dict[str, float | None]:
     run_dir = (args.runs_dir / f"{method}_seed{seed}").resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "recipe.forge.main_forge",
-               *run_overrides(method, seed, args.iterations, args.val_tasks, run_dir, args.preset), *extra]
-    record = run_dir / "sweep_command.json"
-    if args.reuse and record.exists() and json.loads(record.read_text()) == command[1:]:
-        try:
-            return final_figures(run_dir / "metrics.jsonl")
-        except (OSError, ValueError):
-            pass  # interrupted before its validation: run it again
-    record.write_text(json.dumps(command[1:]) + "\n")
+               *run_overrides(method, seed, args.iterations, args.val_tasks, run_dir, args.preset, args.save_freq,
+                              args.val_every), *extra]
+    record_path = run_dir / "sweep_command.json"
+    record = read_record(record_path) if args.reuse else None
+    if record is not None:
+        figures = finished_figures(record, command[1:], args.iterations, run_dir)
+        if figures is not None:
+            return figures
+    same_run = record is not None and record.get("command") == command[1:] and "metrics_sha256" not in record
+    if run_dir.exists() and any(run_dir.iterdir()) and not same_run:
+        moved = move_aside(run_dir)
+        print(f"{method} seed {seed}: {run_dir} held another run; moved to {moved.name}", flush=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    record_path.write_text(json.dumps({"command": command[1:], "iterations": args.iterations}) + "\n")
     log = run_dir / "sweep.log"
-    with log.open("w") as out:
+    with log.open("a") as out:
         done = subprocess.run(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
                               env={**os.environ, "OMP_NUM_THREADS": "1"})
     if done.returncode != 0:
         tail = "\n".join(log.read_text().splitlines()[-20:])
         raise RuntimeError(f"{method} seed {seed} failed (exit {done.returncode}); {log}:\n{tail}")
-    return final_figures(run_dir / "metrics.jsonl")
+    figures = final_figures(run_dir / "metrics.jsonl", args.iterations)
+    record_path.write_text(json.dumps({"command": command[1:], "iterations": args.iterations,
+                                       "metrics_sha256": digest(run_dir / "metrics.jsonl")}) + "\n")
+    if not args.keep_checkpoints:
+        for folder in run_dir.glob("global_step_*"):
+            shutil.rmtree(folder)
+    return figures
 
 
 def mean_and_se(values: list[float]) -> dict[str, float | int]:
@@ -148,7 +231,7 @@ def summarise(results: dict[str, dict[str, dict]]) -> dict:
     out: dict = {"methods": {}, "paired": {}}
     for method, seeds in results.items():
         figures = {}
-        for key in ("val_success", "val_success_no_library", "train_success_last", "lesson_precision"):
+        for key in FIGURES:
             values = [f[key] for f in seeds.values() if f.get(key) is not None]
             figures[key] = mean_and_se(values) if values else None
         out["methods"][method] = figures
@@ -167,11 +250,11 @@ def summarise(results: dict[str, dict[str, dict]]) -> dict:
 def summary(results: dict[str, dict[str, dict]]) -> str:
     """The printed table: mean +- standard error per method and figure, then the paired comparisons."""
     stats = summarise(results)
-    lines = [f"{'method':>12} | {'val success':>15} | {'val no library':>15} | {'train last':>15} | "
-             f"{'lesson precision':>16}"]
+    heads = ("val success", "val no library", "train last", "precision", "val precision", "val valid")
+    lines = [f"{'method':>14} | " + " | ".join(f"{h:>15}" for h in heads)]
     for method, figures in stats["methods"].items():
         cells = [f"{f['mean']:.3f} +- {f['se']:.3f}" if f else "-" for f in figures.values()]
-        lines.append(f"{method:>12} | {cells[0]:>15} | {cells[1]:>15} | {cells[2]:>15} | {cells[3]:>16}")
+        lines.append(f"{method:>14} | " + " | ".join(f"{c:>15}" for c in cells))
     for name, comparison in stats["paired"].items():
         if comparison:
             verdict = ("above" if comparison["above_two_se"] else "below" if comparison["below_two_se"]
@@ -199,8 +282,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "results" / "main_job_seeds.json")
     parser.add_argument("--summary", type=Path, default=None, help="also write summarise()'s JSON here")
     parser.add_argument("--reuse", action="store_true",
-                        help="keep the figures of a run whose folder already holds a validated run of the same "
-                             "command (an interrupted sweep resumes; a changed override reruns)")
+                        help="keep the figures of a finished run of the same command, continue an unfinished one "
+                             "from its last checkpoint (a sweep spans sessions); anything else reruns afresh")
+    parser.add_argument("--save-freq", type=int, default=5, help="checkpoint every this many iterations")
+    parser.add_argument("--val-every", type=int, default=None,
+                        help="also validate every this many iterations (default: after the last only)")
+    parser.add_argument("--keep-checkpoints", action="store_true", help="keep a finished run's last checkpoint")
     args = parser.parse_args(argv)
     jobs = [(m, s) for s in args.seeds for m in args.methods]  # a seed's methods run side by side
     with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:

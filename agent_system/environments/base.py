@@ -169,6 +169,7 @@ class EnvironmentManagerBase:
         self.episode_reward = np.zeros(n, dtype=np.float64)
         self.won = np.zeros(n, dtype=bool)
         self.terminated = np.zeros(n, dtype=bool)  # the environment (not a step limit) ended the episode
+        self.state_anchors: list[str] = [""] * n  # each environment's anchor: its state's observation (keeps_state)
         self.last_obs: list[str] = [""] * n
         self.last_info: list[dict[str, Any]] = [{} for _ in range(n)]
         self.failure_reason: list[str | None] = [None] * n
@@ -197,6 +198,7 @@ class EnvironmentManagerBase:
             res.info = checked_image(res.info)
             self.last_obs[i] = res.obs
             self.last_info[i] = res.info
+            self.state_anchors[i] = self.anchor_observation(res.obs, res.info)
             reason = res.info.get("failure_reason")
             self.active[i] = reason is None
             self.failure_reason[i] = reason
@@ -246,15 +248,24 @@ class EnvironmentManagerBase:
             if res.obs or reason is None:
                 self.last_obs[i] = res.obs
             self.last_info[i] = info
+            if not self.keeps_state(res.obs, info):
+                self.state_anchors[i] = self.anchor_observation(self.last_obs[i], info)
             if res.done or reason is not None or self.step_count[i] >= self.max_steps:
                 self.active[i] = False
         return self.active_observations(), rewards, ~self.active, list(self.last_info)
 
-    def next_anchors(self, obs: Observations, indices: Sequence[int]) -> list[str | None]:
-        """The raw observation each of ``indices`` reached with its last step (``obs``: what :meth:`step` returned),
-        None where the environment ended the episode (a terminal state, or an infrastructure failure): a step
-        limit, the environment's own truncation included, leaves the state it cut the episode at."""
-        return [None if self.terminated[i] else obs.anchor[i] for i in indices]
+    def keeps_state(self, obs: str, info: Mapping[str, Any]) -> bool:
+        """Whether ``obs`` says the last action left the state as it was without showing the state (ALFWorld's
+        "Nothing happens."): the anchor stays the observation of that state, so that every step's anchor (its step
+        group, its cluster, its retrieval query) is a state, not an answer shared by every state. The prompt and
+        the history still show ``obs``. Default: every observation shows its state."""
+        return False
+
+    def next_anchors(self, indices: Sequence[int]) -> list[str | None]:
+        """The anchor each of ``indices`` reached with its last step (what the next step's anchor is, or would
+        have been where a step limit ended the episode); None where the environment ended the episode (a terminal
+        state, or an infrastructure failure)."""
+        return [None if self.terminated[i] else self.state_anchors[i] for i in indices]
 
     def project_actions(self, responses: Sequence[str], indices: Sequence[int]) -> tuple[list[str], np.ndarray]:
         """Model responses -> (actions sent to the environments, validity mask). Never raises."""
@@ -286,7 +297,7 @@ class EnvironmentManagerBase:
         """Anchor, image and admissible actions of ``indices`` (no prompts: ``text`` is left empty)."""
         infos = [self.last_info[i] for i in indices]
         return Observations(text=[""] * len(infos),
-                            anchor=[self.anchor_observation(self.last_obs[i], info) for i, info in zip(indices, infos)],
+                            anchor=[self.state_anchors[i] for i in indices],
                             image=[info.get("image") for info in infos],
                             admissible=[tuple(str(a) for a in info.get("admissible_actions") or ()) for info in infos])
 

@@ -45,6 +45,10 @@ class AlfworldConfig:
     generated_games_dir: str = "~/.cache/slea_rl/alfworld_games"
     num_generated_games: int = 64
     eval_dataset: str = "eval_in_distribution"  # eval_in_distribution | eval_out_of_distribution
+    # the anchor of a step after "Nothing happens.": "state", the observation of the state it was said in (the
+    # command changed nothing), or "text", the words themselves (published GiGPO: one step group for every such
+    # step, whatever its state)
+    nothing_happens_anchor: str = "state"
 
 
 @dataclass
@@ -139,6 +143,7 @@ class EnvConfig:
         check_int("env.gym_cards.target_max", self.gym_cards.target_max, 1)
         check_choice("env.alfworld.eval_dataset", self.alfworld.eval_dataset, ["eval_in_distribution", "eval_out_of_distribution"])
         check_int("env.alfworld.num_generated_games", self.alfworld.num_generated_games, 1)
+        check_choice("env.alfworld.nothing_happens_anchor", self.alfworld.nothing_happens_anchor, ["state", "text"])
         check_int("env.search.topk", self.search.topk, 1)
         check_range("env.search.timeout_s", self.search.timeout_s, 0, low_inclusive=False)
         check_int("env.search.builtin_num_questions", self.search.builtin_num_questions, 5)

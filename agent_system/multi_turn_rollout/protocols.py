@@ -132,8 +132,9 @@ class StepRecord:
     policy_version: int | None = None
     policy_version_last: int | None = None
     library_version: int | None = None
-    # the raw observation the action led to; None where the environment ended the episode (a terminal state). A
-    # step limit does not end the environment: the observation it cut the episode at is kept
+    # the observation of the state the action led to (the manager's next_anchors: the raw observation, or the one
+    # before where the environment says its answer left the state as it was, e.g. ALFWorld's "Nothing happens.");
+    # None where the environment ended the episode. A step limit does not: the state it cut the episode at is kept
     next_anchor_obs: str | None = None
 
 

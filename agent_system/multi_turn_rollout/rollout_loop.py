@@ -232,7 +232,7 @@ class TrajectoryCollector:
         for i, out in zip(idx, outputs):
             actions[i] = response_text(out)
         next_obs, rewards, dones, infos = envs.step(actions)
-        nexts = envs.next_anchors(next_obs, idx)
+        nexts = envs.next_anchors(idx)
         records = [finish_step(p, out, rewards[i], dones[i], infos[i], expert, next_anchor)
                    for i, p, out, expert, next_anchor in zip(idx, prepared, outputs, experts, nexts)]
         return records, next_obs

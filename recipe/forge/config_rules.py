@@ -100,6 +100,9 @@ class ForgeValues:
     novelty_threshold: float = 0.85
     extractor: str = "rule"
     lesson_credit: str = "outcome"
+    retire_lessons: bool = True  # beyond the paper: retirement.py (false: every entry can be shown)
+    harm_min_episodes: int = 8
+    habit_kept_rate: float = 0.9
 
     def __post_init__(self):
         p = "algorithm.forge"
@@ -149,6 +152,8 @@ class ForgeValues:
         check_range(f"{p}.novelty_threshold", self.novelty_threshold, 0.0, 1.0)
         check_choice(f"{p}.extractor", self.extractor, EXTRACTORS)
         check_choice(f"{p}.lesson_credit", self.lesson_credit, LESSON_CREDITS)
+        check_int(f"{p}.harm_min_episodes", self.harm_min_episodes, 1)
+        check_range(f"{p}.habit_kept_rate", self.habit_kept_rate, 0.0, 1.0, low_inclusive=False)
         if self.extractor == "oracle" and self.lesson_credit != "outcome":
             raise ConfigError(f"{p}.extractor=oracle gives every state the expert's lesson (the ceiling); "
                               f"{p}.lesson_credit={self.lesson_credit} would mix credited lessons into it: "

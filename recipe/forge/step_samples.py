@@ -207,27 +207,21 @@ def step_group_keys(samples: StepSamples, states: np.ndarray, step_groups: str) 
 def transitions(samples: StepSamples) -> tuple[np.ndarray, np.ndarray]:
     """The step graph of each task group: (state_ids, next_state_ids), each (n,) int64.
 
-    A state id numbers one observation (``anchor_obs``) inside one task group: the graph's states are the
-    observations themselves, however coarse the step groups are (an observation cluster may hold many states that
-    lead to different places). A step's next state is the state of the next step of its trajectory; for a
-    trajectory's last step, ``TERMINAL`` where the environment ended the episode, else the state of its
-    ``next_anchor_obs`` in the task group, or ``UNSEEN`` where no step was taken there (a step limit cut the episode
-    in a state the group never acted in).
+    A state id numbers one anchor observation inside one task group: the graph's states are the observations
+    themselves, however coarse the step groups are (an observation cluster may hold many states that lead to
+    different places). A step's next state is the state of its ``next_anchor_obs`` in the
+    task group; ``TERMINAL`` where the environment ended the episode (None); ``UNSEEN`` where no step of the task
+    group was taken there (a step limit cut the episode in a state the group never acted in).
     """
     n = len(samples)
-    uid_codes, _ = factorize(samples.uid)
     next_ids = np.full(n, TERMINAL, dtype=np.int64)
     if n == 0:
         return np.zeros(0, dtype=np.int64), next_ids
-    traj_codes, _ = factorize(samples.traj_uid)
-    order = np.lexsort((samples.step_index, traj_codes))
-    same_traj = traj_codes[order[1:]] == traj_codes[order[:-1]]
-    last = order[np.r_[~same_traj, True]]
-    open_end = last[np.array([samples.next_anchor_obs[i] is not None for i in last], dtype=bool)]
-    anchors, _ = factorize(np.concatenate([samples.anchor_obs, samples.next_anchor_obs[open_end]]))
-    pairs, _ = combine_codes(np.concatenate([uid_codes, uid_codes[open_end]]), anchors)
+    uid_codes, _ = factorize(samples.uid)
+    open_end = np.flatnonzero(np.array([o is not None for o in samples.next_anchor_obs], dtype=bool))
+    observations, _ = factorize(np.concatenate([samples.anchor_obs, samples.next_anchor_obs[open_end]]))
+    pairs, _ = combine_codes(np.concatenate([uid_codes, uid_codes[open_end]]), observations)
     state_ids, _ = factorize(pairs[:n])
-    next_ids[order[:-1][same_traj]] = state_ids[order[1:][same_traj]]
     if open_end.size:
         seen, first_row = np.unique(pairs[:n], return_index=True)
         pos = np.minimum(np.searchsorted(seen, pairs[n:]), len(seen) - 1)

@@ -161,6 +161,7 @@ def test_manager_plays_generated_games(alfworld_games_dir):
     envs = AlfworldEnvironmentManager(cfg, num_tasks=3, split="train")
     try:
         obs, infos = envs.reset([0, 2, 3])
+        start = list(obs.anchor)
         assert obs.anchor[0] == obs.anchor[1] and obs.anchor[2] == obs.anchor[3]
         assert "Your task is to:" in obs.anchor[0] and "Welcome to TextWorld" not in obs.anchor[0]
         assert [i["task_type"] for i in infos] == ["pick", "pick", "clean", "clean", "heat", "heat"]
@@ -169,7 +170,9 @@ def test_manager_plays_generated_games(alfworld_games_dir):
         actions = [f"<action>{a}</action>" if k % 2 == 0 else "<action>dance wildly</action>" for k, a in enumerate(first)]
         obs, rewards, dones, infos = envs.step(actions)
         assert [i["is_action_valid"] for i in infos] == [True, False] * 3
-        assert obs.anchor[1] == "Nothing happens." and not dones.any()
+        # "Nothing happens." is no state: the anchor stays the state's own observation, the prompt says it happened
+        assert "Nothing happens." in obs.text[1] and obs.anchor[1] == start[1] and not dones.any()
+        assert envs.next_anchors([0, 1]) == [obs.anchor[0], start[1]] and obs.anchor[0] != start[0]
         while envs.active.any():
             acts = envs.expert_actions(range(6))
             envs.step([f"<action>{a}</action>" if a else "" for a in acts])
@@ -178,6 +181,22 @@ def test_manager_plays_generated_games(alfworld_games_dir):
         np.testing.assert_array_equal(envs.episode_reward, np.full(6, 10.0))
         assert set(outcome) == {"success", "success/pick", "success/clean", "success/heat"}
         assert envs.step_count[1] == envs.step_count[0] + 1
+    finally:
+        envs.close()
+
+
+def test_nothing_happens_can_be_its_own_anchor_as_in_published_gigpo(alfworld_games_dir):
+    from agent_system.environments.config import env_config_from_mapping
+    from agent_system.environments.env_package.alfworld.manager import AlfworldEnvironmentManager
+
+    cfg = env_config_from_mapping({"env_name": "alfworld/AlfredTWEnv", "max_steps": 5, "rollout": {"n": 1},
+                                   "alfworld": {"generated_games_dir": alfworld_games_dir, "num_generated_games": 6,
+                                                "nothing_happens_anchor": "text"}})
+    envs = AlfworldEnvironmentManager(cfg, num_tasks=1, split="train")
+    try:
+        envs.reset([0])
+        obs, _, _, infos = envs.step(["<action>dance wildly</action>"])
+        assert obs.anchor == ["Nothing happens."] and envs.next_anchors([0]) == ["Nothing happens."]
     finally:
         envs.close()
 

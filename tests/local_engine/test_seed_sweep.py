@@ -4,6 +4,7 @@ model (1 iteration), written in the issue's format."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -18,11 +19,13 @@ def sweep(load_script):
 def test_final_figures_are_the_last_validation_and_the_last_training_success(sweep, tmp_path):
     rows = [{"iteration": 1, "success_rate": 0.25, "val/success_rate": 0.5, "val_no_library/success_rate": 0.25},
             {"iteration": 2, "success_rate": 0.75},
-            {"iteration": 3, "success_rate": 1.0, "val/success_rate": 0.625}]
+            {"iteration": 3, "success_rate": 1.0, "val/success_rate": 0.625, "val/valid_action_ratio": 0.9}]
     path = tmp_path / "metrics.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     assert sweep.final_figures(path) == {"val_success": 0.625, "val_success_no_library": None,
-                                         "train_success_last": 1.0, "lesson_precision": None}
+                                         "train_success_last": 1.0, "lesson_precision": None,
+                                         "val_lesson_precision": None, "val_valid_action_ratio": 0.9}
+    assert sweep.final_figures(path, iterations=3)["val_success"] == 0.625
     rows[0]["forge/lesson_precision"], rows[1]["forge/lesson_precision"] = 0.5, 0.75  # the last one logged counts
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     assert sweep.final_figures(path)["lesson_precision"] == 0.75
@@ -31,35 +34,68 @@ def test_final_figures_are_the_last_validation_and_the_last_training_success(swe
         sweep.final_figures(path)
 
 
-def test_one_iteration_sweep_with_a_tiny_model_writes_the_issue_format(sweep, tmp_path, tokenizer):
+def test_a_run_short_of_its_budget_or_torn_has_no_final_figures(sweep, tmp_path):
+    """A 1-iteration result is not the 2-iteration one; a torn last line leaves iteration 1 as the last."""
+    path = tmp_path / "metrics.jsonl"
+    first = {"iteration": 1, "success_rate": 0.25, "val/success_rate": 0.5}
+    path.write_text(json.dumps(first) + "\n")
+    with pytest.raises(ValueError, match="up to 1, not 1..2"):
+        sweep.final_figures(path, iterations=2)
+    path.write_text(json.dumps(first) + "\n" + json.dumps({"iteration": 2, "success_rate": 1.0})[:25])
+    with pytest.raises(ValueError, match="up to 1, not 1..2"):
+        sweep.final_figures(path, iterations=2)
+    path.write_text(json.dumps(first) + "\n" + json.dumps({"iteration": 2, "success_rate": 1.0}) + "\n")
+    with pytest.raises(ValueError, match="iteration 2 has no validation"):
+        sweep.final_figures(path, iterations=2)
+
+
+def test_a_sweep_reuses_finished_runs_only_and_resumes_an_unfinished_one(sweep, tmp_path, tokenizer):
     from recipe.forge.hf.tiny import tiny_llama
 
     model_dir = tmp_path / "tiny"
     tiny_llama(tokenizer).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     out = tmp_path / "seeds.json"
-    args = ["--estimators", "forge", "--seeds", "3", "--iterations", "1", "--val-tasks", "1",
-            "--runs-dir", str(tmp_path / "runs"), "--out", str(out), "--",
+    args = ["--estimators", "forge", "--seeds", "3", "--iterations", "2", "--val-tasks", "1", "--save-freq", "1",
+            "--keep-checkpoints", "--runs-dir", str(tmp_path / "runs"), "--out", str(out), "--",
             f"actor_rollout_ref.model.path={model_dir}", "env.max_steps=2", "env.rollout.n=2",
-            "data.train_batch_size=1", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"]
-    code = sweep.main(args)
-    assert code == 0
-    metrics_file = tmp_path / "runs" / "forge_seed3" / "metrics.jsonl"
-    first_run = metrics_file.read_text()
-    # --reuse keeps a validated run of the same command (the file is not rewritten: a sentinel line survives) ...
-    metrics_file.write_text(first_run + "\n")
-    assert sweep.main(["--reuse", *args]) == 0 and metrics_file.read_text() == first_run + "\n"
-    # ... and reruns one whose command changed
+            "data.train_batch_size=1", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+            "trainer.max_actor_ckpt_to_keep=null"]  # both checkpoints kept: iteration 1's is resumed below
+    run_dir = tmp_path / "runs" / "forge_seed3"
+    assert sweep.main(args) == 0
+    metrics_file = run_dir / "metrics.jsonl"
+    finished = metrics_file.read_text()
+    lines = finished.splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == [1, 2]
+    # a finished run of the same command is reused as it is (the file is not rewritten)
+    assert sweep.main(["--reuse", *args]) == 0 and metrics_file.read_text() == finished
+    # stopped mid-way (after iteration 1's checkpoint): rerun, it continues from that checkpoint, line 1 kept
+    record = json.loads((run_dir / "sweep_command.json").read_text())
+    del record["metrics_sha256"]
+    (run_dir / "sweep_command.json").write_text(json.dumps(record))
+    shutil.rmtree(run_dir / "global_step_2")
+    (run_dir / "latest_checkpointed_iteration.txt").write_text("1")
+    metrics_file.write_text(lines[0] + "\n")
+    assert sweep.main(["--reuse", *args]) == 0
+    resumed = metrics_file.read_text().splitlines()
+    assert resumed[0] == lines[0] and [json.loads(line)["iteration"] for line in resumed] == [1, 2]
+    assert "resum" in (run_dir / "sweep.log").read_text().lower()
+    # metrics changed since the run finished: not taken; the folder is moved aside and the run starts afresh
+    forged = [json.loads(line) for line in resumed]
+    forged[-1]["val/success_rate"] = 1.0
+    metrics_file.write_text("".join(json.dumps(r) + "\n" for r in forged))
+    assert sweep.main(["--reuse", *args]) == 0
+    assert (tmp_path / "runs" / "forge_seed3.replaced-1" / "metrics.jsonl").exists()
+    assert [json.loads(line)["iteration"] for line in metrics_file.read_text().splitlines()] == [1, 2]
+    # another command: moved aside too, never deleted
     changed = [*args[:-1], "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"]
     assert sweep.main(["--reuse", *changed]) == 0
-    assert metrics_file.read_text() != first_run + "\n"
+    assert (tmp_path / "runs" / "forge_seed3.replaced-2").is_dir()
     result = json.loads(out.read_text())
     assert set(result) == {"forge"} and set(result["forge"]) == {"3"}
     figures = result["forge"]["3"]
-    assert set(figures) == {"val_success", "val_success_no_library", "train_success_last", "lesson_precision"}
+    assert set(figures) == set(sweep.FIGURES)
     assert all(0.0 <= figures[k] <= 1.0 for k in ("val_success", "val_success_no_library", "train_success_last"))
-    metrics = (tmp_path / "runs" / "forge_seed3" / "metrics.jsonl").read_text().splitlines()
-    assert len(metrics) == 1 and json.loads(metrics[0])["iteration"] == 1
 
 
 def test_summary_pairs_seeds_and_places_slea_rl_between_floor_and_ceiling(sweep):

@@ -9,7 +9,9 @@ Golden zone (a successful trajectory, score = its return R):
 
 Warning zone (a failed trajectory, score = success threshold - R, so worse failures rank higher):
 
-* mistake: the invalid-action habit (share of invalid steps with an example) or, with none, the failed plan shape;
+* mistake: the invalid-action habit (share of invalid steps with an example; ``Candidate.habit`` ``valid_answer``:
+  whether the steps keep it is checkable, recipe/forge/experience/retirement.py) or, with none, the failed plan
+  shape;
 * pattern: the loop (the most repeated action, when one repeats), else the action the episode spent most on
   (imperative: among the valid actions only, so no invalid answer is quoted; no pattern when none was valid, as
   the mistake already says it);
@@ -146,10 +148,10 @@ def _avoided(step: StepRecord) -> tuple[str, ...]:
 
 
 def _candidate(traj: TrajectoryRecord, zone: str, level: str, text: str, score: float, step: StepRecord,
-               advice: Advice | None = None) -> Candidate:
+               advice: Advice | None = None, habit: str | None = None) -> Candidate:
     clusters = [step.cluster_id] if step.cluster_id is not None else []
     return Candidate(text=text, zone=zone, level=level, score=score, task=traj.task, task_type=traj.task_type,
-                     key=step.anchor_obs, cluster_ids=clusters, advice=advice)
+                     key=step.anchor_obs, cluster_ids=clusters, advice=advice, habit=habit)
 
 
 class RuleExtractor:
@@ -203,7 +205,8 @@ class RuleExtractor:
         pattern, loop_step, pattern_advice = self._pattern(steps)
         diagnostic, diagnostic_advice = self._diagnostic(traj)
         return [
-            _candidate(traj, WARNING, "mistake", mistake, score, mistake_step),
+            _candidate(traj, WARNING, "mistake", mistake, score, mistake_step,
+                       habit="valid_answer" if not mistake_step.is_action_valid else None),
             *([_candidate(traj, WARNING, "pattern", pattern, score, loop_step, pattern_advice)] if pattern else []),
             _candidate(traj, WARNING, "diagnostic", diagnostic, score, steps[-1], diagnostic_advice),
         ]

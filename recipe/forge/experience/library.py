@@ -44,6 +44,8 @@ LEVELS: dict[str, tuple[str, str, str]] = {
 }
 
 Embed = Callable[[Sequence[str]], np.ndarray]  # texts -> (n, d) L2-normalised float32
+# checkable habits a lesson can ask for: "valid_answer", answer with one admissible action in the required format
+HABITS = ("valid_answer",)
 
 
 def check_zone_level(zone: str, level: str) -> None:
@@ -96,6 +98,7 @@ class Candidate:
     cluster_ids: list[int] = field(default_factory=list)
     support: int = 1
     advice: Advice | None = None
+    habit: str | None = None  # the behaviour the lesson asks for, where it is checkable (HABITS)
 
     def __post_init__(self):
         check_zone_level(self.zone, self.level)
@@ -109,7 +112,9 @@ class ExperienceEntry:
     (recipe/forge/experience/outcomes.py, counted once per training iteration): ``shown_episodes`` /
     ``shown_successes``, the episodes with at least one step shown this entry and how many of them succeeded;
     ``unshown_episodes`` / ``unshown_successes``, the other episodes with at least one step at one of its linked
-    clusters, and how many of those succeeded. A novelty merge keeps them as they are."""
+    clusters, and how many of those succeeded. A novelty merge keeps them as they are. ``habit``: the behaviour
+    the lesson asks for where the steps show whether it is kept (:data:`HABITS`). ``retired``: why the entry is not
+    shown any more (recipe/forge/experience/retirement.py: ``harm`` or ``habit kept``), None while it is shown."""
 
     entry_id: int
     text: str
@@ -129,6 +134,13 @@ class ExperienceEntry:
     shown_successes: int = 0
     unshown_episodes: int = 0
     unshown_successes: int = 0
+    habit: str | None = None
+    retired: str | None = None
+
+    @property
+    def shown(self) -> bool:
+        """Retrieval may show the entry (it is not retired)."""
+        return self.retired is None
 
     def rank_key(self) -> tuple:
         """Larger is better: score, then support, then recency, then the older entry."""
@@ -213,6 +225,8 @@ class ExperienceLibrary:
             entry.updated_iter = iteration
             if entry.advice is None:
                 entry.advice = candidate.advice
+            if entry.habit is None:
+                entry.habit = candidate.habit
             return "merged", entry.entry_id
         level = self.levels[(candidate.zone, candidate.level)]
         if len(level) >= capacity:
@@ -244,6 +258,7 @@ class ExperienceLibrary:
             created_iter=iteration,
             updated_iter=iteration,
             advice=candidate.advice,
+            habit=candidate.habit,
         )
         self.next_id += 1
         self._store(entry)
@@ -325,8 +340,10 @@ class ExperienceLibrary:
     # lookups used by retrieval -------------------------------------------------------------------------------
 
     def top_for_cluster(self, cluster_id: int, zone: str, k: int) -> list[ExperienceEntry]:
+        """The best ``k`` shown (not retired) entries of ``zone`` linked to the cluster."""
         linked = (self.entries[i] for i in self.by_cluster.get(cluster_id, ()))
-        return sorted((e for e in linked if e.zone == zone), key=ExperienceEntry.rank_key, reverse=True)[:k]
+        return sorted((e for e in linked if e.zone == zone and e.shown), key=ExperienceEntry.rank_key,
+                      reverse=True)[:k]
 
     def key(self, text: str) -> str:
         """What the key and task searches compare for ``text``: its :func:`bounded_key`."""

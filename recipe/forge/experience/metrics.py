@@ -27,16 +27,24 @@ def reward_metrics(trajectories: Sequence[TrajectoryRecord], success_threshold: 
     }
 
 
-def step_group_stats(records: Sequence[StepRecord]) -> dict[str, float]:
-    """Size distribution of the step groups (same task uid and same cluster) the forge advantage used: the
-    clusters the steps carry from their rollout (a distributed worker's own ids included).
+def step_group_stats(records: Sequence[StepRecord], step_groups: str = "cluster") -> dict[str, float]:
+    """Size distribution of the step groups the forge advantage used: the steps of one task uid in one cluster (the
+    clusters the steps carry from their rollout, a distributed worker's own ids included), refined by
+    ``algorithm.forge.step_groups`` as the advantage refines them (recipe/forge/step_samples.py
+    ``step_group_keys``: by turn, or first visits only).
 
     Steps without a cluster id count as their own singleton group.
     """
     if not records:
         return {"forge/step_groups": 0.0, "forge/step_group_mean_size": 0.0, "forge/step_group_max_size": 0.0,
                 "forge/step_group_singleton_share": 0.0}
-    groups = Counter((r.uid, r.cluster_id if r.cluster_id is not None else ("solo", i)) for i, r in enumerate(records))
+    from recipe.forge.step_samples import StepSamples, object_array, step_group_keys  # imports torch
+
+    states = object_array([r.cluster_id if r.cluster_id is not None else ("solo", i) for i, r in enumerate(records)])
+    episodes = dict.fromkeys((r.traj_uid for r in records), 0.0)
+    samples = StepSamples.from_records(records, episodes, dict.fromkeys(episodes, False))
+    keys = step_group_keys(samples, states, step_groups)
+    groups = Counter(zip((r.uid for r in records), keys.tolist()))
     sizes = np.fromiter(groups.values(), dtype=np.int64, count=len(groups))
     return {
         "forge/step_groups": float(sizes.size),

@@ -13,6 +13,9 @@ Modes (``retrieval_mode``), each returning at most ``top_k_golden`` golden and `
   ``threshold`` with the episode's task, most similar first, then score.
 * ``hybrid``: ``observation`` results, topped up with ``task`` results when a zone has fewer than its top-k.
 
+A retired entry (``ExperienceEntry.retired``: its showing went with worse outcomes, or the habit it asks for is
+kept without it; retirement.py) is never retrieved, in any mode.
+
 Similarity is :func:`sequence_similarity` through the library's sub-linear indexes, or, with an embedder, the
 cosine between sentence embeddings (a dense scan over the library, which capacity bounds). Either compares the
 bounded keys of the observation and task (``ExperienceLibrary.key``, bounds.py), as the entries store them.
@@ -103,7 +106,7 @@ class Retriever:
         out: dict[str, list[ExperienceEntry]] = {GOLDEN: [], WARNING: []}
         for entry, _ in hits:
             zone = out[entry.zone]
-            if len(zone) < self.k[entry.zone]:
+            if len(zone) < self.k[entry.zone] and entry.shown:
                 zone.append(entry)
         return out
 

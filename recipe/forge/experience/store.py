@@ -26,7 +26,8 @@ from typing import Any
 
 from agent_system.json_input import loads as read_json
 from recipe.forge.runs.durable import CheckpointError, write_atomic
-from recipe.forge.experience.library import LEVELS
+from recipe.forge.experience.library import HABITS, LEVELS
+from recipe.forge.experience.retirement import RETIREMENTS
 from recipe.forge.experience.metrics import RetrievalStats
 from recipe.forge.experience.outcomes import OUTCOME_FIELDS
 
@@ -40,7 +41,9 @@ ENTRY_FIELDS = {
     "created_iter": int, "updated_iter": int,
 }
 # absent in libraries saved before lessons carried advice (None) and before the outcome counters (0)
-OPTIONAL_ENTRY_FIELDS = {"advice": (dict, type(None)), **dict.fromkeys(OUTCOME_FIELDS, int)}
+# and before retirement (habit, retired: None)
+OPTIONAL_ENTRY_FIELDS = {"advice": (dict, type(None)), **dict.fromkeys(OUTCOME_FIELDS, int),
+                         "habit": (str, type(None)), "retired": (str, type(None))}
 ADVICE_FIELDS = {"state": str, "do": list, "avoid": list, "expert": (str, type(None))}
 CLUSTER_FIELDS = {"cluster_id": int, "prototype": str, "uses": int, "created_iter": int, "last_used_iter": int}
 PAYLOAD_FIELDS = {"iteration": int, "version": int, "library": dict, "index": dict, "counters": dict, "config": dict}
@@ -191,6 +194,10 @@ def validate_payload(payload: dict[str, Any], source: str) -> None:
         if entry["support"] < 1:
             raise CheckpointError(f"{where}.support={entry['support']} must be >= 1")
         _check_outcomes(entry, where)
+        if entry.get("habit") not in (None, *HABITS):
+            raise CheckpointError(f"{where}.habit={_short(entry['habit'])} is not one of {[None, *HABITS]}")
+        if entry.get("retired") not in (None, *RETIREMENTS):
+            raise CheckpointError(f"{where}.retired={_short(entry['retired'])} is not one of {[None, *RETIREMENTS]}")
         for cid in entry["cluster_ids"]:
             if isinstance(cid, bool) or not isinstance(cid, int) or cid < 0:
                 raise CheckpointError(f"{where}.cluster_ids holds {_short(cid)}; cluster ids are integers >= 0")

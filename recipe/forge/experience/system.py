@@ -44,6 +44,7 @@ from recipe.forge.experience.library import GOLDEN, WARNING, ExperienceLibrary
 from recipe.forge.experience.outcomes import count_outcomes
 from recipe.forge.experience.metrics import RetrievalStats, injected_level_stats, injection_stats, step_group_stats
 from recipe.forge.experience.render import ExperienceRenderer
+from recipe.forge.experience.retirement import retire_lessons
 from recipe.forge.experience.retrieval import Retriever, gates_open
 from recipe.forge.experience.similarity import LSHParams
 from recipe.forge.experience.store import TOTALS, CheckpointError, load_payload, save_payload
@@ -239,7 +240,7 @@ class ExperienceSystem:
         self.iteration = int(iteration)
         c = self.cfg
         steps = [s for t in trajectories for s in t.steps]
-        groups = step_group_stats(steps)  # the advantage's step groups: the clusters that drove retrieval
+        groups = step_group_stats(steps, c.step_groups)  # the advantage's step groups: the clusters of retrieval
         injected = self.injecting  # the gate the rollout ran under: this iteration, the library before evolving
         for entry_id, cluster_id in self._iteration_links:  # the rollout's own links: absorb keeps the batch's
             self.library.unlink(entry_id, cluster_id)
@@ -255,6 +256,8 @@ class ExperienceSystem:
             success_threshold=c.success_threshold, top_k_trajectories=c.top_k_trajectories,
             max_strategies=c.max_strategies_per_iter, max_warnings=c.max_warnings_per_iter,
         )
+        retired = (retire_lessons(self.library, trajectories, c.harm_min_episodes, c.habit_kept_rate)
+                   if c.retire_lessons else {})
         self.version += 1
         for key in self.totals:
             self.totals[key] += getattr(result, key)
@@ -267,6 +270,7 @@ class ExperienceSystem:
             "forge/success_threshold": result.threshold,
         }
         metrics.update(groups)
+        metrics.update(retired)
         metrics.update(injection_stats(steps))
         metrics.update(shown)
         metrics.update(self.metrics())

@@ -91,6 +91,11 @@ def verdict_counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{v} {counts[v]}" for v in VERDICTS)
 
 
+def status_note(entry: dict[str, Any]) -> str:
+    """``; not shown (harm)`` for a retired entry (retirement.py), else nothing."""
+    return f"; not shown ({entry['retired']})" if entry.get("retired") else ""
+
+
 def as_text(view: dict[str, Any]) -> str:
     lines = [f"experience library: iteration {view['iteration']}, version {view['version']}, "
              f"golden {view['sizes']['golden']}/{3 * view['capacity']['golden']}, "
@@ -103,7 +108,7 @@ def as_text(view: dict[str, Any]) -> str:
                 lines.append(f"    #{e['entry_id']:<5} score={e['score']:<7.3g} support={e['support']:<3} "
                              f"retrieved={e['retrieval_count']:<4} clusters={len(e['cluster_ids']):<3} "
                              f"it={e['created_iter']}-{e['updated_iter']}  {e['verdict']:<13}  {terminal_text(e['text'])}")
-                lines.append(f"           {outcome_text(e['outcomes'])}")
+                lines.append(f"           {outcome_text(e['outcomes'])}{status_note(e)}")
     c = view["clusters"]
     lines.append(f"\n== clusters ==\n  count {c['count']} (evicted {c['evicted']}, exact mode {c['exact_mode']}, "
                  f"threshold {c['threshold']}), uses mean {c['uses_mean']:.2f} max {c['uses_max']}, "
@@ -123,7 +128,7 @@ def as_markdown(view: dict[str, Any]) -> str:
                     f"| id | score | support | retrieved | {' | '.join(OUTCOME_COLUMNS)} | verdict | text |",
                     "|---:|---:|---:|---:|---:|---:|---:|---|---|"]
             out += [f"| {e['entry_id']} | {e['score']:.3g} | {e['support']} | {e['retrieval_count']} | "
-                    f"{' | '.join(outcome_cells(e['outcomes']))} | {e['verdict']} | {markdown_text(e['text'])} |"
+                    f"{' | '.join(outcome_cells(e['outcomes']))} | {e['verdict']}{status_note(e)} | {markdown_text(e['text'])} |"
                     for e in rows]
             out.append("")
     c = view["clusters"]
@@ -153,7 +158,7 @@ def as_html(view: dict[str, Any]) -> str:
             parts += [f"<tr id='{entry_anchor(e['entry_id'])}'><td>{e['entry_id']}</td><td>{e['score']:.3g}</td><td>{e['support']}</td>"
                       f"<td>{e['retrieval_count']}</td>"
                       + "".join(f"<td>{esc(cell)}</td>" for cell in outcome_cells(e["outcomes"]))
-                      + f"<td>{esc(e['verdict'])}</td><td>{esc(e['text'])}</td></tr>"
+                      + f"<td>{esc(e['verdict'] + status_note(e))}</td><td>{esc(e['text'])}</td></tr>"
                       for e in rows]
             parts.append("</table>")
     c = view["clusters"]

@@ -10,6 +10,9 @@ from agent_system.environments.env_package.alfworld.game_files import game_files
 from agent_system.environments.prompts import alfworld as alfworld_prompt
 
 
+NOTHING_HAPPENS = "Nothing happens."
+
+
 class AlfworldEnvironmentManager(EnvironmentManagerBase):
     """Train on the ``train`` split; validate on ``env.alfworld.eval_dataset``. Games come from the official
     data (``env.alfworld.data_path`` or $ALFWORLD_DATA) or, when there is none, from the offline generator
@@ -22,6 +25,11 @@ class AlfworldEnvironmentManager(EnvironmentManagerBase):
     # once the agent strays from the walkthrough its expert calls the PDDL planner (up to tens of seconds a call on a
     # pick-two game): rollouts do not ask it at every step, and the step records carry no expert action
     records_expert_actions = False
+
+    def keeps_state(self, obs, info) -> bool:
+        """ALFWorld answers every command that changes nothing with the same text, whatever the state: with
+        ``env.alfworld.nothing_happens_anchor=state`` (the default) that text is no state of its own."""
+        return self.config.alfworld.nothing_happens_anchor == "state" and obs.strip() == NOTHING_HAPPENS
 
     @classmethod
     def env_spec(cls, config: EnvConfig, split: str) -> EnvSpec:

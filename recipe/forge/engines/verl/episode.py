@@ -152,7 +152,7 @@ class EpisodeSession:
             failure_reason=self._manager.failure_reason[0],
             task_score=None if info.get("task_score") is None else float(info["task_score"]),
             info=info,
-            next_anchor_obs=self._manager.next_anchors(obs, [0])[0],
+            next_anchor_obs=self._manager.next_anchors([0])[0],
         )
         self._view = self._make_view(obs, info)
         return outcome, self._view
