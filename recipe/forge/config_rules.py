@@ -66,7 +66,7 @@ class ForgeValues:
     mode: str = "mean_norm"
     episode_norm_over: str = "steps"
     step_groups: str = "cluster"
-    step_value: str = "return"
+    step_value: str = "next_state"  # beyond the paper (the paper: return); scripts/probe_step_credit.py
     enable_similarity: bool = False
     similarity_thresh: float = 0.95
     golden_capacity_per_level: int = 100

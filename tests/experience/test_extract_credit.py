@@ -222,7 +222,7 @@ def test_the_config_key_is_checked_at_start_up(cfg):
 
 def test_the_system_evolves_credit_assigned_lessons(cfg):
     c = cfg(lesson_credit="step", lesson_style="imperative", enable_clustering=False, novelty_threshold=1.0,
-            obs_similarity_threshold=1.0)
+            obs_similarity_threshold=1.0, step_value="return")  # the scores below are discounted-return gaps
     with pytest.raises(ValueError, match=r"ExperienceSystem.from_algorithm\(algorithm\)"):
         ExperienceSystem(c)
     system = ExperienceSystem.from_config(c, gamma=0.95, invalid_action_penalty_coef=PENALTY)

@@ -54,7 +54,7 @@ def test_registered_forge_reads_config_and_non_tensor_batch():
     samples = _samples()
     rewards, mask = _tensors()
     config = ForgeAlgoConfig(gamma=1.0, invalid_action_penalty_coef=0.0,
-                             forge=ForgeConfig(step_advantage_w=0.5, mode="mean_std_norm"))
+                             forge=ForgeConfig(step_advantage_w=0.5, mode="mean_std_norm", step_value="return"))
     non_tensor = {name: value for name, value in vars(samples).items() if name != "uid"}
     adv, _ = get_adv_estimator_fn("forge")(rewards, mask, index=samples.uid, config=config, non_tensor_batch=non_tensor)
     expected, _ = compute_forge_advantage(rewards, [0.5, 1.0, 0.0, 0.0], mask, samples.uid, samples.traj_uid,

@@ -106,7 +106,8 @@ def _inputs():
     samples = StepSamples.from_records(records(), RETURNS, SUCCESS)
     mask = torch.ones(6, 3)
     scores = token_level_scores(samples, mask, COEF)
-    return samples, mask, scores, ForgeAlgoConfig(gamma=GAMMA, invalid_action_penalty_coef=COEF)
+    paper = ForgeConfig(step_value="return")  # discounted returns: the figures below are worked from them
+    return samples, mask, scores, ForgeAlgoConfig(gamma=GAMMA, invalid_action_penalty_coef=COEF, forge=paper)
 
 
 def test_forge_advantage_is_also_its_returns():
@@ -259,7 +260,7 @@ def test_a_revisited_state_is_not_worth_more_for_being_later():
     the turn (fewer steps left to lose), the next-state values are equal."""
     steps = [("a", k, "s0", "?", -1.0, False, "s0") for k in range(3)] + [("b", 0, "s0", "+", 1.0, True, None)]
     samples = loop_samples(steps)
-    paper = step_inputs(samples, "forge", ForgeAlgoConfig(gamma=0.9)).values
+    paper = step_inputs(samples, "forge", ForgeAlgoConfig(gamma=0.9, forge=ForgeConfig(step_value="return"))).values
     assert paper[0] < paper[1] < paper[2]
     fixed = step_inputs(samples, "forge", ForgeAlgoConfig(gamma=0.9, forge=ForgeConfig(step_value="next_state"))).values
     assert fixed[0] == fixed[1] == fixed[2] < fixed[3]
@@ -308,7 +309,7 @@ def test_time_aware_forge_groups_compare_a_state_only_at_one_turn():
 
     def advantage(step_groups: str) -> list[float]:
         algorithm = ForgeAlgoConfig(gamma=0.5, invalid_action_penalty_coef=0.0,
-                                    forge=ForgeConfig(step_groups=step_groups))
+                                    forge=ForgeConfig(step_groups=step_groups, step_value="return"))
         adv, _ = samples_advantage("forge", scores, mask, samples, step_inputs(samples, "forge", algorithm), algorithm)
         return adv[:, 0].tolist()
 
@@ -334,5 +335,6 @@ def test_an_empty_generation_counts_in_its_episodes_step_values_on_the_local_eng
                                      episode_reward=r, success=False, length=0) for t, r in (("a", 4.0), ("b", 0.0))]
     batch = build_step_batch(RolloutBatch(steps=steps, trajectories=trajectories), 0, 0.1)
     assert len(batch) == 2
-    advantages, _ = compute_advantages(batch, ForgeAlgoConfig(adv_estimator="forge", gamma=0.5))
+    paper = ForgeConfig(step_value="return")
+    advantages, _ = compute_advantages(batch, ForgeAlgoConfig(adv_estimator="forge", gamma=0.5, forge=paper))
     assert advantages[:, 0].tolist() == pytest.approx([3.0, -3.0])

@@ -338,7 +338,9 @@ def test_action_stop_string_is_added_in_each_backends_words():
 
 
 def _forge_algorithm(run_config_factory, gamma=0.5):
-    return run_config_factory([f"algorithm.gamma={gamma}", "algorithm.invalid_action_penalty_coef=0.1"]).algorithm
+    """The paper's step part (discounted returns), whose figures the tests work by hand."""
+    return run_config_factory([f"algorithm.gamma={gamma}", "algorithm.invalid_action_penalty_coef=0.1",
+                               "algorithm.forge.step_value=return"]).algorithm
 
 
 def test_step_groups_are_the_clusters_that_drove_retrieval_even_where_similarity_is_not_transitive(

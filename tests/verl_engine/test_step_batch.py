@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from recipe.forge.config_schema import ForgeAlgoConfig
+from recipe.forge.config_schema import ForgeAlgoConfig, ForgeConfig
 from recipe.forge.core_forge import compute_forge_advantage, compute_gigpo_advantage
 from recipe.forge.engines.verl.row_codec import samples_from_rows
 from recipe.forge.engines.verl.trainer import compute_batch_advantages
@@ -41,7 +41,8 @@ def batch(make_row):
     for i, n in enumerate(lengths):
         mask[i, :n] = 1
     real = np.array([True] * 6 + [False])
-    algo = ForgeAlgoConfig(gamma=GAMMA, invalid_action_penalty_coef=COEF)
+    # the paper's step part (discounted returns), whose figures are worked by hand below
+    algo = ForgeAlgoConfig(gamma=GAMMA, invalid_action_penalty_coef=COEF, forge=ForgeConfig(step_value="return"))
     return rows, uid, mask, real, algo
 
 
