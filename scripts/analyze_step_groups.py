@@ -16,8 +16,12 @@ iterations whose valid-action ratio is below ``--below`` (the format-learning ph
 * ``invalid_by_turn``: in groups of invalid answers only, the mean step advantage per turn (what the timing
   signal is: pure noise with respect to the answer).
 
+``--step-value`` (``return``, the paper's, by default; ``next_state`` or ``best_next_state``,
+recipe/forge/step_samples.py ``step_values``) says which step value the groups normalise: with ``next_state`` the
+invalid-only groups are flat in the turn (one action at one state leads to one state, whatever the turn).
+
 Usage: python scripts/analyze_step_groups.py --runs-dir runs/seeds_numberline [--gamma 0.95] [--penalty 0.1]
-       [--below 0.5] [--json OUT]
+       [--below 0.5] [--step-value return] [--json OUT]
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from recipe.forge.core_forge import combine_codes, compute_step_advantage, factorize  # noqa: E402
-from recipe.forge.step_samples import StepSamples, step_returns  # noqa: E402
+from recipe.forge.step_samples import STEP_VALUES, StepSamples, step_values  # noqa: E402
 
 
 def samples_of(rows: list[dict]) -> StepSamples:
@@ -72,7 +76,7 @@ def step_groups(samples: StepSamples, returns: np.ndarray) -> tuple[np.ndarray, 
     return advantage, (first_turn != last_turn)[groups], with_valid[groups]
 
 
-def analyse_run(run: Path, gamma: float, penalty: float, below: float) -> dict | None:
+def analyse_run(run: Path, gamma: float, penalty: float, below: float, step_value: str = "return") -> dict | None:
     steps = mixed_total = 0
     valid_adv, invalid_adv, by_turn = [], [], defaultdict(list)
     dumps = sorted((p for p in (run / "rollouts").glob("*.jsonl") if p.stem.isdigit()), key=lambda p: int(p.stem))
@@ -81,7 +85,10 @@ def analyse_run(run: Path, gamma: float, penalty: float, below: float) -> dict |
         if not rows or np.mean([r["valid"] for r in rows]) >= below:
             continue
         samples = samples_of(rows)
-        advantage, mixed, with_valid = step_groups(samples, step_returns(samples, gamma, penalty))
+        if step_value != "return" and any("next_observation" not in r for r in rows):
+            raise ValueError(f"{path} was dumped before the steps recorded the observation they led to; "
+                             f"--step-value {step_value} needs it (only --step-value return reads this run)")
+        advantage, mixed, with_valid = step_groups(samples, step_values(samples, step_value, gamma, penalty))
         steps, mixed_total = steps + len(rows), mixed_total + int(mixed.sum())
         valid = samples.is_action_valid
         valid_adv += advantage[valid].tolist()
@@ -101,11 +108,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gamma", type=float, default=0.95)
     parser.add_argument("--penalty", type=float, default=0.1)
     parser.add_argument("--below", type=float, default=0.5, help="iterations with a valid-action ratio below this")
+    parser.add_argument("--step-value", default="return", choices=list(STEP_VALUES),
+                        help="the step value the groups normalise (algorithm.forge.step_value): the paper's return, "
+                             "or what the action led to")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     out = {}
     for run in sorted(p for p in args.runs_dir.iterdir() if (p / "rollouts").is_dir()):
-        result = analyse_run(run, args.gamma, args.penalty, args.below)
+        result = analyse_run(run, args.gamma, args.penalty, args.below, args.step_value)
         if result is not None:
             out[run.name] = result
             turns = ", ".join(f"t{t} {a:+.2f}" for t, a in result["invalid_by_turn"].items())

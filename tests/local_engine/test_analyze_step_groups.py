@@ -43,3 +43,22 @@ def test_valid_gain_is_the_valid_answers_mean_advantage_minus_the_invalid_ones(l
                         "--json", str(out)]) == 0
     result = json.loads(out.read_text())["gigpo_seed0"]
     assert result["valid_gain"] == pytest.approx(0.5) and result["mixed_turn_share"] == 0.0
+
+
+def test_next_state_values_leave_invalid_answers_at_one_state_flat_in_the_turn(load_script, tmp_path):
+    """The first test's dump, each step recording the state it led to (the same one: an invalid answer changes
+    nothing): every step is worth -1 + 0.5 V(s), whatever its turn, so the invalid-only group is flat at 0."""
+    script = load_script("analyze_step_groups.py")
+    run = tmp_path / "runs" / "forge_seed0" / "rollouts"
+    run.mkdir(parents=True)
+    rows = [{**_row(c, t, False), "next_observation": "Target: 0\nCurrent: 1"} for c in (0, 1) for t in (0, 1)]
+    (run / "1.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
+    out = tmp_path / "out.json"
+    assert script.main(["--runs-dir", str(tmp_path / "runs"), "--gamma", "0.5", "--penalty", "0",
+                        "--step-value", "next_state", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())["forge_seed0"]
+    assert result["invalid_by_turn"] == {"0": pytest.approx(0.0), "1": pytest.approx(0.0)}
+    old = [{k: v for k, v in r.items() if k != "next_observation"} for r in rows]
+    (run / "1.jsonl").write_text("\n".join(map(json.dumps, old)) + "\n")
+    with pytest.raises(ValueError, match="before the steps recorded the observation they led to"):
+        script.main(["--runs-dir", str(tmp_path / "runs"), "--step-value", "next_state"])
