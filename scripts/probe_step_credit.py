@@ -50,7 +50,7 @@ ENVIRONMENTS: dict[str, tuple[tuple[str, ...], int, int]] = {
     "dial_lock": (("+experiment=dial_lock_job",), 8, 6),
     "sokoban": (("env.env_name=sokoban",), 4, 4),
     "alfworld": (("env.env_name=alfworld", "env.alfworld.num_generated_games=8", "env.rollout.n=4",
-                  "env.max_steps=20"), 4, 2),
+                  "env.max_steps=20"), 6, 3),
     "webshop": (("env.env_name=webshop",), 4, 4),
     "search": (("env.env_name=search",), 8, 4),
 }

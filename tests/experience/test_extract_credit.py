@@ -253,3 +253,20 @@ def test_step_credit_composes_with_the_llm_extractor(cfg):
     examples = system.library.level_entries(GOLDEN, "example")  # the credit's, not the model's "press -"
     assert [(e.key, e.advice.do) for e in examples] == [(S1, ("+",)), (S0, ("+",))]
     assert system.metrics()["forge/extractor_llm_calls"] == 4.0
+
+
+def test_where_no_two_actions_were_compared_the_outcome_lessons_that_name_what_to_try_stay():
+    """Both copies answer "-" at S1 and at S0 and fail: step credit compares nothing, so the rule extractor's dead
+    end (at S0, "+" instead of "-") and loop (at S1, "+" instead of repeating "-") stay: each names the action no
+    copy tried, the expert's. At the states four_copies compares, the outcome's state lessons go."""
+    lost = [episode("v", f"v-{k}", [(S1, "-", -1.0), (S0, "-", -1.0)], [0, 1]) for k in range(2)]
+    extractor = credit()
+    lessons = state_lessons(extractor.extract([], lost, 0.5, batch=lost))
+    assert {(c.level, c.key, c.advice.do, c.advice.expert) for c in lessons} == {
+        ("diagnostic", S0, ("+",), "+"), ("pattern", S1, ("+",), "+")}
+    assert extractor.stats["credit_fallbacks"] == 4 and extractor.stats["credit_states"] == 0  # two per episode
+    batch = four_copies()
+    compared = credit()
+    assert [summary(c) for c in state_lessons(compared.extract(batch[:2], batch[2:], 0.5, batch=batch))] == [
+        summary(c) for c in credit().state_lessons(batch)]
+    assert compared.stats["credit_fallbacks"] == 0

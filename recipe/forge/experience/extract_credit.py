@@ -39,7 +39,12 @@ the group's cluster, and it carries :class:`Advice` (do: the best action; avoid:
 expert: that step's ``expert_action``).
 
 The other levels (principle, method, mistake) still come from the ``base`` extractor's outcome-based
-extraction of the selected successes and failures; its own example, pattern and diagnostic are dropped. The
+extraction of the selected successes and failures. Its own example, pattern and diagnostic are dropped, except
+where step credit has nothing to say: at a state where the batch compared no two actions (every visit took one
+action), an outcome lesson that tells what to take stays (``credit_fallbacks``): a won episode's decisive action,
+or the actions a failed episode never tried at its dead end or loop. Without it a policy that always answers one
+action at a state never gets a lesson there, which is where a lesson naming the untried action helps most;
+lessons that only forbid an action are still dropped. The
 golden wording is the rule extractor's own example (:func:`extract_rule.example_lesson` of the best step), the warning
 follows its diagnostic in ``lesson_style``.
 """
@@ -92,16 +97,24 @@ class CreditExtractor:
         self.stats = base.stats
         self.stats.setdefault("credit_states", 0)
         self.stats.setdefault("credit_lessons", 0)
+        self.stats.setdefault("credit_fallbacks", 0)
 
     def extract(
         self, successes: Sequence[TrajectoryRecord], failures: Sequence[TrajectoryRecord], threshold: float,
         batch: Sequence[TrajectoryRecord] = (),
     ) -> list[Candidate]:
         outcome = self.base.extract(successes, failures, threshold, batch=batch)
-        return [c for c in outcome if c.level not in STATE_LEVELS] + self.state_lessons(batch)
+        credited, compared = self.credited_states(batch)
+        fallback = [c for c in outcome if c.level in STATE_LEVELS and uncompared_advice(c, compared)]
+        self.stats["credit_fallbacks"] += len(fallback)
+        return [c for c in outcome if c.level not in STATE_LEVELS] + credited + fallback
 
     def state_lessons(self, batch: Sequence[TrajectoryRecord]) -> list[Candidate]:
         """The credit-assigned example and diagnostic candidates of every step group of ``batch``."""
+        return self.credited_states(batch)[0]
+
+    def credited_states(self, batch: Sequence[TrajectoryRecord]) -> tuple[list[Candidate], set]:
+        """:meth:`state_lessons`, and the states (:func:`state_of`) where actions were compared."""
         episodes: dict[str, TrajectoryRecord] = {}
         for traj in batch:
             if traj.traj_uid in episodes:
@@ -110,25 +123,26 @@ class CreditExtractor:
             episodes[traj.traj_uid] = traj
         steps = [s for t in batch for s in t.steps]
         if not steps:
-            return []
+            return [], set()
         samples = StepSamples.from_records(steps, {u: t.episode_reward for u, t in episodes.items()},
                                            {u: t.success for u, t in episodes.items()})
-        states = object_array([("cluster", s.cluster_id) if s.cluster_id is not None else ("anchor", s.anchor_obs)
-                           for s in steps])
+        states = object_array([state_of(s.cluster_id, s.anchor_obs) for s in steps])
         returns = step_values(samples, self.step_value, self.gamma, self.penalty_coef)
         groups: dict[tuple, list[int]] = {}
         for i, (step, key) in enumerate(zip(steps, step_group_keys(samples, states, self.step_groups))):
             groups.setdefault((step.uid, int(key)), []).append(i)
         out: list[Candidate] = []
+        compared: set = set()
         for rows in groups.values():
             credits = action_credits([steps[i] for i in rows], returns[rows])
             if len(credits) < 2:
                 continue
+            compared.add(states[rows[0]])
             self.stats["credit_states"] += 1
             lessons = self._lessons(credits, episodes)
             self.stats["credit_lessons"] += len(lessons)
             out.extend(lessons)
-        return out
+        return out, compared
 
     def _lessons(self, credits: list[ActionCredit], episodes: dict[str, TrajectoryRecord]) -> list[Candidate]:
         """The example and diagnostics of one group's ranked ``credits`` (best first); none on a tie at the top.
@@ -162,6 +176,20 @@ class CreditExtractor:
         best = shorten(source.action, MAX_ACTION)
         return (f"At \"{state}\", the action \"{quoted}\" led to a lower return than \"{best}\" "
                 "from this state in the same task.")
+
+
+def state_of(cluster_id: int | None, anchor_obs: str) -> tuple:
+    """The state a step (or a lesson drawn from it) is about: its cluster, or its anchor without one."""
+    return ("cluster", cluster_id) if cluster_id is not None else ("anchor", anchor_obs)
+
+
+def uncompared_advice(candidate: Candidate, compared: set) -> bool:
+    """Whether an outcome state lesson stays: it tells what to take (a won episode's decisive action, or the actions
+    a failed episode never tried at its dead end or loop) at a state where the batch compared no two actions."""
+    if candidate.advice is None or not candidate.advice.do:
+        return False
+    cluster = candidate.cluster_ids[0] if candidate.cluster_ids else None
+    return state_of(cluster, candidate.key) not in compared
 
 
 def action_credits(steps: Sequence[StepRecord], returns: np.ndarray) -> list[ActionCredit]:
