@@ -41,6 +41,7 @@ def verl_stack(tiny_model_dir, run_config_factory, tmp_path_factory, verl_rollou
             "algorithm.adv_estimator=forge",
             f"algorithm.gamma={GAMMA}",
             f"algorithm.invalid_action_penalty_coef={PENALTY}",
+            "algorithm.forge.step_value=return",  # the paper's discounted returns, which naive_forge_advantage works
             "algorithm.forge.warmup_iterations=0",
             "algorithm.forge.min_library_size=0",
             "algorithm.forge.extractor=rule",
