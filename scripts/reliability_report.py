@@ -79,7 +79,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from reliability_attacks import REPO, TOTALS, Attack, add_totals, compose_shipped  # noqa: E402
-from reliability_attacks import bounded_inputs, cluster, received, run_lifecycle  # noqa: E402
+from reliability_attacks import bounded_inputs, cluster, received, run_lifecycle, sweeps  # noqa: E402
 from recipe.forge.testing.received import RunsCode, small_system  # noqa: E402
 from reliability_attacks.library_diff import attack_library_diff  # noqa: E402
 from reliability_attacks.trajectory_viewer import attack_trajectory_page  # noqa: E402
@@ -669,7 +669,7 @@ ATTACKS = [
             "runs_lost_or_mistaken": ("runs_lost", "user_files_deleted", "user_files_changed",
                                       "verl_resume_lost_or_duplicated_lines")}),
     Attack(issue_24_attacks, issue_24_caught, {"tracebacks": ("trajectory_tracebacks", "diff_tracebacks")}),
-    *received.ATTACKS, *bounded_inputs.ATTACKS, *run_lifecycle.ATTACKS, *cluster.ATTACKS,
+    *received.ATTACKS, *bounded_inputs.ATTACKS, *run_lifecycle.ATTACKS, *cluster.ATTACKS, *sweeps.ATTACKS,
 ]
 
 
