@@ -58,10 +58,11 @@ def test_a_shard_that_passes_the_check_still_loads_restricted(tmp_path, tiny_mod
 
     marker = tmp_path / "code_ran"
     plant_code(tmp_path / "planted.pt", marker)
+    before = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")  # set where an earlier in-process command forced it
     with weights_only_loads(), pytest.raises(Exception, match="Weights only load failed"):
         torch.load(tmp_path / "planted.pt", weights_only=False)
     assert not marker.exists()
-    assert "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ  # the block restores the environment
+    assert os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD") == before  # the block restores the environment
 
 
 def test_the_verl_engines_processes_read_a_resumed_checkpoint_without_running_code(tmp_path, compose_cfg,

@@ -13,7 +13,7 @@ from recipe.forge.main_forge import validate
 
 pytestmark = pytest.mark.timeout(600)
 
-FIELDS = {"step", "input", "output", "score", "task", "traj_uid", "turn", "observation", "action", "valid", "done",
+FIELDS = {"step", "input", "output", "score", "task", "traj_uid", "turn", "observation", "next_observation", "action", "valid", "done",
           "episode_reward", "success", "cluster_id", "experience_ids", "experiences", "admissible_actions",
           "expert_action"}
 

@@ -138,7 +138,10 @@ def test_two_forge_iterations_on_visual_sokoban_train_with_the_library_injected(
                                                                                  run_overrides):
     dump = tmp_path / "dump"
     trainer = trainer_of(compose_cfg, run_overrides, tmp_path / "run", tiny_vlm_dir, 2, [
-        f"trainer.rollout_data_dir={dump}", "algorithm.forge.use_distillation=true"])
+        f"trainer.rollout_data_dir={dump}", "algorithm.forge.use_distillation=true",
+        # the paper's return: its turn-dependent step advantages give each iteration a gradient even when the random
+        # model's answers are all alike (what the action led to then values every step the same: no gradient)
+        "algorithm.forge.step_value=return"])
     first, second = trainer.fit()
 
     for metrics in (first, second):
