@@ -110,6 +110,7 @@ def fixed_batch(run_config_factory, tmp_path_factory, verl_rollout):
     model_dir = save_tiny_model_dir(out / "tiny")
     cfg = run_config_factory([
         "trainer.engine=verl", "trainer.device=cpu", "algorithm.adv_estimator=forge", "algorithm.gamma=0.9",
+        "algorithm.forge.step_value=return",  # turn-dependent step values: a random model still gives advantages
         "algorithm.forge.warmup_iterations=0", "algorithm.forge.min_library_size=0",
         f"algorithm.forge.checkpoint_dir={out / 'library'}", f"actor_rollout_ref.model.path={model_dir}",
         "env.env_name=sokoban", "env.max_steps=2", f"env.rollout.n={G}", f"data.train_batch_size={TASKS}",
