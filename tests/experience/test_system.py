@@ -168,3 +168,63 @@ def test_missing_embedding_model_is_a_clear_error(tmp_path):
 
     with pytest.raises(FileNotFoundError, match="never downloaded"):
         resolve_model_dir(str(tmp_path / "nope"))
+
+
+def rolled_out(system, seed: int, n_tasks: int = 3, group: int = 4, horizon: int = 4):
+    """One iteration's trajectories, rolled out through ``system``'s provider (so steps carry its clusters), not
+    yet evolved. Fully determined by ``seed`` and the system's state."""
+    import random
+
+    from recipe.forge.experience import synthetic
+    from tests.experience.conftest import make_traj
+
+    rng = random.Random(seed)
+    system.begin_iteration(1)
+    trajectories = []
+    for task_i in range(n_tasks):
+        task_type, task = synthetic.alfworld_task(rng)
+        places = [synthetic.alfworld_observation(rng) for _ in range(horizon)]
+        for g in range(group):
+            uid, traj_uid = f"task{task_i}", f"task{task_i}-copy{g}"
+            steps = []
+            for step, obs in enumerate(places[: rng.randint(1, horizon)]):
+                [exp] = system.provider.provide([StepQuery(obs, task, task_type, uid, traj_uid, step)])
+                steps.append((obs, rng.choice(["go to drawer 1", "take mug 1 from desk 1", "open fridge 1"]), exp))
+            t = make_traj(uid, traj_uid, task, [(o, a) for o, a, _ in steps], rng.choice([0.0, 10.0]),
+                          task_type=task_type, clusters=[e.cluster_id for _, _, e in steps])
+            for record, (_, _, e) in zip(t.steps, steps):
+                record.experience_ids = e.entry_ids
+            trajectories.append(t)
+    return trajectories
+
+
+@pytest.mark.parametrize("credit", [dict(), dict(lesson_credit="step", step_value="next_state"),
+                                    dict(lesson_credit="step", step_value="return")])
+def test_the_library_a_batch_makes_does_not_depend_on_the_order_its_episodes_arrive_in(cfg, iterate, credit):
+    """verl's agent loop hands the driver its episodes in the order they finished, the embedded engine in its
+    environments' order: the same episodes in any order evolve the same library (entries, scores, supports, links,
+    outcome counters), with outcome-credited lessons and with step-credited ones (whose outcome fallback picks
+    among tied episodes). Cluster ids new to the library may be numbered in another order; their count may not."""
+    import random
+
+    from recipe.forge.experience.outcomes import OUTCOME_FIELDS
+
+    def content(system):
+        return sorted((e.zone, e.level, e.text, round(e.score, 9), e.support, e.task, len(e.cluster_ids),
+                       *(getattr(e, name) for name in OUTCOME_FIELDS)) for e in system.library.entries.values())
+
+    kw = dict(top_k_trajectories=2, **credit)
+    for seed in range(5):
+        libraries = []
+        for order in ("as rolled out", "reversed", "shuffled"):
+            system = ExperienceSystem.from_config(cfg(**kw), gamma=0.9, invalid_action_penalty_coef=0.1)
+            iterate(system, 0, seed=seed)  # a library to retrieve from: steps get experiences and links
+            batch = rolled_out(system, seed=100 + seed)
+            if order == "reversed":
+                batch = batch[::-1]
+            elif order == "shuffled":
+                random.Random(seed).shuffle(batch)
+            system.evolve(batch, 1)
+            libraries.append(content(system))
+        assert libraries[0] == libraries[1] == libraries[2], f"seed {seed}"
+        assert len(libraries[0]) > 0

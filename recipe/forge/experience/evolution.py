@@ -12,6 +12,10 @@
    ``max_strategies`` golden and ``max_warnings`` warning candidates: highest score first, then support,
    then spread over levels (the i-th candidate of each level before the (i+1)-th of any), then extraction order.
 4. Admit each (novelty merge / score-based admission), then prune.
+
+Every step of this reads the trajectories in :func:`canonical_order` (by content, never by arrival or by uid):
+the same episodes evolve the same library whether an engine hands them over in its environments' order or, as
+verl's agent loop does, in the order they finished; ties in selection and ranking fall the same way on both.
 """
 
 from __future__ import annotations
@@ -72,6 +76,15 @@ def positive_ratio(trajectories: Sequence[TrajectoryRecord], threshold: float | 
     if not trajectories:
         return 0.0
     return len(partition(trajectories, threshold)[0]) / len(trajectories)
+
+
+def canonical_order(trajectories: Sequence[TrajectoryRecord]) -> list[TrajectoryRecord]:
+    """``trajectories`` sorted by what they hold: task, outcome, then each step's observation, action, validity
+    and reward. Uids are left out (the engines name task groups and copies differently); trajectories equal in
+    all of this are interchangeable for evolution and keep their relative order."""
+    return sorted(trajectories, key=lambda t: (
+        t.task, t.task_type or "", t.episode_reward, t.length, t.failure_reason or "",
+        tuple((s.anchor_obs, s.action, bool(s.is_action_valid), float(s.reward)) for s in t.steps)))
 
 
 def select(

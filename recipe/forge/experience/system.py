@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from agent_system.multi_turn_rollout.injection import check_injection
 from agent_system.multi_turn_rollout.protocols import StepExperience, StepQuery, StepRecord, TrajectoryRecord
-from recipe.forge.experience.evolution import evolve_library
+from recipe.forge.experience.evolution import canonical_order, evolve_library
 from recipe.forge.experience.extract_llm import LLMExtractor
 from recipe.forge.experience.extract_oracle import OracleExtractor
 from recipe.forge.experience.extract_rule import RuleExtractor
@@ -239,6 +239,7 @@ class ExperienceSystem:
             raise RuntimeError("a snapshot-backed ExperienceSystem is read-only; evolve the driver's system")
         self.iteration = int(iteration)
         c = self.cfg
+        trajectories = canonical_order(trajectories)
         steps = [s for t in trajectories for s in t.steps]
         groups = step_group_stats(steps, c.step_groups)  # the advantage's step groups: the clusters of retrieval
         injected = self.injecting  # the gate the rollout ran under: this iteration, the library before evolving
