@@ -13,7 +13,7 @@ command is split like a shell would. The overrides are then
 1. composed with Hydra against recipe/forge/config (a typo in a key fails here: verl's config is strict);
 2. validated with recipe.forge.run_config.load_run_config (SLEA-RL's keys and values, typed);
 3. for ``trainer.engine=verl``, checked by verl's own ``validate_config`` (batch sizes against GPUs, micro
-   batches, ...) after the same wiring run_verl applies, and its typed actor and rollout sections are
+   batches, ...) after the same wiring and batch-size derivation run_verl applies, and its typed actor and rollout sections are
    instantiated (bad enum values fail here), the critic's batch settings included (the model files are
    left to the run). Without vLLM installed, a LoRA rank is checked against vLLM's allowed values instead of
    through verl's vLLM import.
@@ -211,9 +211,11 @@ def check_verl_side(cfg) -> None:
     from verl.utils.config import validate_config as verl_validate_config
 
     from recipe.forge.engines.verl.agent_loop import AGENT_NAME
+    from recipe.forge.engines.verl.batch_layout import derive_batch_sizes
     from recipe.forge.engines.verl.cpu.settings import apply_cpu_settings
 
     cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    derive_batch_sizes(cfg, int(cfg.data.train_batch_size), int(cfg.env.rollout.n))  # as run_verl derives them
     if str(cfg.trainer.get("device")) == "cpu":  # a script for verl's CPU backend: the settings run_verl applies
         apply_cpu_settings(cfg)
     with open_dict(cfg):

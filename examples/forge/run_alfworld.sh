@@ -6,9 +6,11 @@
 #   MODEL=/path/or/hub-id N_GPUS=8 bash examples/forge/run_alfworld.sh trainer.total_training_steps=100
 set -euo pipefail
 
+source "$(dirname "${BASH_SOURCE[0]}")/../common/python.sh"
+
 source "$(dirname "${BASH_SOURCE[0]}")/../common/alfworld_base.sh"
 
-python3 -m recipe.forge.main_forge \
+"$PYTHON" -m recipe.forge.main_forge \
     "${ALFWORLD_BASE[@]}" \
     "${VERL_KL_LOSS[@]}" \
     algorithm.adv_estimator=forge \

@@ -6,10 +6,12 @@
 #   MODEL=/path/or/hub-id N_GPUS=8 bash examples/forge/run_alfworld_lora.sh
 set -euo pipefail
 
+source "$(dirname "${BASH_SOURCE[0]}")/../common/python.sh"
+
 MODEL=${MODEL:-Qwen/Qwen2.5-7B-Instruct}
 source "$(dirname "${BASH_SOURCE[0]}")/../common/alfworld_base.sh"
 
-python3 -m recipe.forge.main_forge \
+"$PYTHON" -m recipe.forge.main_forge \
     "${ALFWORLD_BASE[@]}" \
     "${VERL_KL_LOSS[@]}" \
     algorithm.adv_estimator=forge \

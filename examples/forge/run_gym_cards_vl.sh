@@ -7,13 +7,15 @@
 # examples/common/verl_defaults.sh.
 set -euo pipefail
 
+source "$(dirname "${BASH_SOURCE[0]}")/../common/python.sh"
+
 source "$(dirname "${BASH_SOURCE[0]}")/../common/verl_defaults.sh"
 
 MODEL=${MODEL:-Qwen/Qwen3-VL-4B-Instruct}
 ENV_NAME=${ENV_NAME:-gym_cards/EZPoints-v0}
 MAX_STEPS=${MAX_STEPS:-8}
 
-python3 -m recipe.forge.main_forge \
+"$PYTHON" -m recipe.forge.main_forge \
     "${VERL_KL_LOSS[@]}" \
     "${VERL_VLLM_ROLLOUT[@]}" \
     "${VERL_TRAINER[@]}" \

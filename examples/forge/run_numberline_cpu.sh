@@ -9,7 +9,9 @@
 # Every other run script takes the same switch: N_GPUS=1 bash examples/forge/run_sokoban.sh trainer.device=cpu ...
 set -euo pipefail
 
-python3 -m recipe.forge.main_forge \
+source "$(dirname "${BASH_SOURCE[0]}")/../common/python.sh"
+
+"$PYTHON" -m recipe.forge.main_forge \
     +experiment=main_job \
     trainer.engine=verl \
     trainer.device=cpu \

@@ -7,13 +7,15 @@
 # examples/common/verl_defaults.sh.
 set -euo pipefail
 
+source "$(dirname "${BASH_SOURCE[0]}")/../common/python.sh"
+
 source "$(dirname "${BASH_SOURCE[0]}")/../common/verl_defaults.sh"
 
 MODEL=${MODEL:-Qwen/Qwen2.5-3B-Instruct}
 SEARCH_URL=${SEARCH_URL:-http://127.0.0.1:8000/retrieve}
 DATA_DIR=${DATA_DIR:-$HOME/data/searchR1}
 
-python3 -m recipe.forge.main_forge \
+"$PYTHON" -m recipe.forge.main_forge \
     "${VERL_KL_LOSS[@]}" \
     "${VERL_VLLM_ROLLOUT[@]}" \
     "${VERL_TRAINER[@]}" \

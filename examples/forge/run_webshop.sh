@@ -7,12 +7,14 @@
 # examples/common/verl_defaults.sh.
 set -euo pipefail
 
+source "$(dirname "${BASH_SOURCE[0]}")/../common/python.sh"
+
 source "$(dirname "${BASH_SOURCE[0]}")/../common/verl_defaults.sh"
 
 MODEL=${MODEL:-Qwen/Qwen2.5-1.5B-Instruct}
 BUILTIN_SHOP=${BUILTIN_SHOP:-True}
 
-python3 -m recipe.forge.main_forge \
+"$PYTHON" -m recipe.forge.main_forge \
     "${VERL_KL_LOSS[@]}" \
     "${VERL_VLLM_ROLLOUT[@]}" \
     "${VERL_TRAINER[@]}" \

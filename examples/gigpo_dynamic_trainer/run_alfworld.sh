@@ -6,9 +6,11 @@
 # resampled (verl's replay-buffer group filter on reward_extra_info.episode_return).
 set -euo pipefail
 
+source "$(dirname "${BASH_SOURCE[0]}")/../common/python.sh"
+
 source "$(dirname "${BASH_SOURCE[0]}")/../common/alfworld_base.sh"
 
-python3 -m recipe.forge.main_forge \
+"$PYTHON" -m recipe.forge.main_forge \
     "${ALFWORLD_BASE[@]}" \
     algorithm.adv_estimator=gigpo \
     algorithm.gigpo.step_advantage_w=1.0 \

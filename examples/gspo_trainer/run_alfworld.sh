@@ -4,9 +4,11 @@
 # examples/common/alfworld_base.sh; the overrides below are this baseline's own.
 set -euo pipefail
 
+source "$(dirname "${BASH_SOURCE[0]}")/../common/python.sh"
+
 source "$(dirname "${BASH_SOURCE[0]}")/../common/alfworld_base.sh"
 
-python3 -m recipe.forge.main_forge \
+"$PYTHON" -m recipe.forge.main_forge \
     "${ALFWORLD_BASE[@]}" \
     algorithm.adv_estimator=grpo \
     actor_rollout_ref.actor.policy_loss.loss_mode=gspo \

@@ -8,10 +8,12 @@
 # the prompt, so the endpoint's model must take images (GPT-4o, GPT-4o-mini, a vLLM server of Qwen2.5-VL).
 set -euo pipefail
 
+source "$(dirname "${BASH_SOURCE[0]}")/../common/python.sh"
+
 API_BASE=${API_BASE:-https://api.openai.com/v1}
 API_MODEL=${API_MODEL:-gpt-4o-mini}
 
-python3 -m recipe.forge.main_forge \
+"$PYTHON" -m recipe.forge.main_forge \
     trainer.engine=api \
     trainer.api.base_url="$API_BASE" \
     trainer.api.model="$API_MODEL" \

@@ -117,7 +117,9 @@ def main() -> None:
 
         sys.exit(importlib.import_module(SUBCOMMANDS[sys.argv[1]]).main(sys.argv[2:]))
     if not any(arg.startswith("hydra.searchpath=") for arg in sys.argv[1:]):
-        sys.argv.append(f"hydra.searchpath=[{verl_config_searchpath()}]")
+        # first, not last: Hydra's parser takes the overrides as one run of words, so one after the options of a
+        # command such as `run_script.sh --cfg job` would be refused
+        sys.argv.insert(1, f"hydra.searchpath=[{verl_config_searchpath()}]")
     _hydra_main()
 
 

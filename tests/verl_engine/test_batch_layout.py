@@ -32,18 +32,22 @@ def load(run_config_factory, *overrides: str):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        # 2 tasks x 2 copies = 4 rows per mini-batch, 2 per rank at world size 2
-        (["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"],
-         r"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 does not divide the 2 rows per rank"),
-        (["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
-          "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4"],
-         r"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4 does not divide the 2 rows"),
-        (["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-          "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4"],
-         r"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4 does not divide"),
+        # 3 tasks x 2 copies = 6 rows per mini-batch, 3 per rank at world size 2
+        (["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_mini_batch_size=3",
+          "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"],
+         r"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2 does not divide the 3 rows per rank"),
+        (["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_mini_batch_size=3",
+          "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+          "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2"],
+         r"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2 does not divide the 3 rows"),
+        (["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_mini_batch_size=3",
+          "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1", "actor_rollout_ref.actor.use_kl_loss=true",
+          "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2"],
+         r"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2 does not divide"),
         # two nodes of one rank are two data-parallel ranks too
-        (["trainer.nnodes=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"],
-         r"ppo_micro_batch_size_per_gpu=4 does not divide the 2 rows per rank"),
+        (["trainer.nnodes=2", "actor_rollout_ref.actor.ppo_mini_batch_size=3",
+          "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"],
+         r"ppo_micro_batch_size_per_gpu=2 does not divide the 3 rows per rank"),
         # 4 rows cannot be shared by 3 ranks at all
         (["trainer.n_gpus_per_node=3", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"],
          r"actor_rollout_ref.actor.ppo_mini_batch_size \(2\) x env.rollout.n \(2\) = 4 rows .* 3 data-parallel ranks"),
@@ -77,7 +81,77 @@ def test_the_refusal_comes_before_ray_starts(run_config_factory, tmp_path):
     from recipe.forge.main_forge import validate
 
     cfg = run_config_factory(overrides_with(f"trainer.default_local_dir={tmp_path}", "trainer.n_gpus_per_node=2",
-                                            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"))
-    with pytest.raises(ConfigError, match="ppo_micro_batch_size_per_gpu=4"):
+                                            "actor_rollout_ref.actor.ppo_mini_batch_size=3",
+                                            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"))
+    with pytest.raises(ConfigError, match="ppo_micro_batch_size_per_gpu=2"):
         run_verl(validate(cfg))
     assert not ray.is_initialized() and not (tmp_path / "forge_tasks").exists()
+
+
+def derived(run_config_factory, *overrides: str):
+    """verl's config of a run (the engine's batch-size derivation applied) and the lines that say what changed."""
+    from recipe.forge.engines.verl.settings import verl_config
+    from recipe.forge.run_config import load_run_config
+
+    changes: list[str] = []
+    cfg = verl_config(load_run_config(run_config_factory(list(overrides))), changes)
+    return cfg, changes
+
+
+def test_a_mini_batch_above_the_batch_is_lowered_to_it_and_said(run_config_factory):
+    # the defaults: 16 tasks, ppo_mini_batch_size 32, which verl refuses (train_batch_size must be >= it)
+    cfg, changes = derived(run_config_factory, "trainer.engine=verl")
+    assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 16
+    assert any(line.startswith("actor_rollout_ref.actor.ppo_mini_batch_size: 32 -> 16") for line in changes)
+    # the unset log-prob micro-batches take the actor's size, as the embedded engine's passes do
+    assert cfg.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu == 16
+    assert cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu == 16
+    # a size verl accepts is left as it is, and nothing is said
+    cfg, changes = derived(run_config_factory, *overrides_with("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+                                                               "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+                                                               "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4"))
+    assert changes == [] and cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 2
+
+
+def test_the_main_job_on_verl_gets_sizes_verl_runs(run_config_factory):
+    # 2 tasks x 4 copies: mini-batch 64 -> 2 (8 rows), micro-batches of 16 -> the 8 rows there are
+    cfg, changes = derived(run_config_factory, "+experiment=main_job", "trainer.engine=verl", "trainer.n_gpus_per_node=1")
+    actor = cfg.actor_rollout_ref.actor
+    assert (actor.ppo_mini_batch_size, actor.ppo_micro_batch_size_per_gpu) == (2, 8)
+    assert cfg.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu == 8
+    assert len(changes) == 4 and all(" -> " in line and "(" in line for line in changes)
+
+
+@pytest.mark.parametrize("overrides", [["trainer.engine=verl"],
+                                       ["+experiment=main_job", "trainer.engine=verl"]])
+def test_the_engine_switch_passes_verls_own_check_or_stops_with_one_line(run_config_factory, overrides, tmp_path):
+    """``trainer.engine=verl`` with the defaults and with the main job: verl's own start-up check accepts the wired
+    config, and on this machine's CPU the run either goes on to Ray or stops before it with one line naming the keys
+    (verl's defaults ask for 8 training processes)."""
+    import os
+
+    import ray
+
+    from recipe.forge.engines.verl.main import check_cpu_ranks, check_with_verl, wired_verl_config
+    from recipe.forge.run_config import load_run_config
+
+    run = load_run_config(run_config_factory(overrides + ["trainer.device=cpu", f"trainer.default_local_dir={tmp_path}"]))
+    cfg = wired_verl_config(run)
+    check_with_verl(cfg)
+    cores = len(os.sched_getaffinity(0))
+    if int(cfg.trainer.n_gpus_per_node) > cores:
+        with pytest.raises(ConfigError) as refused:
+            check_cpu_ranks(cfg)
+        assert "\n" not in str(refused.value) and "trainer.n_gpus_per_node=1" in str(refused.value)
+    check_cpu_ranks(cfg, cores=int(cfg.trainer.n_gpus_per_node))  # on a machine with the cores it goes on
+    assert not ray.is_initialized() and not (tmp_path / "forge_tasks").exists()
+
+
+def test_verls_own_refusal_is_one_config_error_line(run_config_factory, tmp_path):
+    from recipe.forge.engines.verl.main import check_with_verl, wired_verl_config
+    from recipe.forge.run_config import load_run_config
+
+    cfg = wired_verl_config(load_run_config(run_config_factory(overrides_with(f"trainer.default_local_dir={tmp_path}"))))
+    cfg.actor_rollout_ref.rollout.log_prob_micro_batch_size = 4  # beside the _per_gpu key: verl refuses both set
+    with pytest.raises(ConfigError, match=r"^verl refuses the config: \[actor_rollout_ref.rollout\] You have set both"):
+        check_with_verl(cfg)

@@ -37,7 +37,7 @@ def test_every_example_script_composes_and_validates():
     [
         ("algorithm.forge.step_advantge_w=1.0", "step_advantge_w"),  # typo in a key
         ("env.max_steps=0", "env.max_steps"),  # bad value in our schema
-        ("actor_rollout_ref.actor.ppo_mini_batch_size=64", "ppo_mini_batch_size"),  # verl's own check
+        ("actor_rollout_ref.rollout.log_prob_micro_batch_size=4", "log_prob_micro_batch_size"),  # verl's own check
         ("algorithm.adv_estimator=forje", "adv_estimator"),
     ],
 )
@@ -140,3 +140,20 @@ def test_here_documents_are_not_read_as_shell(check_examples, tmp_path):
     )
     (command,) = check_examples.extract_commands(script)
     assert command.overrides == ["env.max_steps=5"]
+
+
+def test_run_scripts_start_the_projects_interpreter_without_an_activated_environment(tmp_path):
+    """With only the system's folders on PATH (no activated venv, whose python3 would have SLEA-RL), a run script
+    finds the repository's own .venv (examples/common/python.sh) and its command runs: here Hydra's --cfg, which
+    composes the script's config and prints it without training."""
+    venv_python = REPO / ".venv" / "bin" / "python"
+    if Path(sys.executable).resolve().parent != venv_python.resolve().parent:
+        pytest.skip("the suite runs outside the repository's .venv")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    proc = subprocess.run(["bash", str(REPO / "examples/forge/run_numberline_cpu.sh"), "--cfg", "job", "--package",
+                           "trainer"], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "engine: verl" in proc.stdout and "experiment_name: forge_numberline_verl_cpu" in proc.stdout
+    proc = subprocess.run(["bash", str(REPO / "examples/forge/run_numberline_cpu.sh")], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path, env={**env, "PYTHON": str(tmp_path / "missing-python")})
+    assert proc.returncode != 0 and "missing-python" in proc.stderr  # $PYTHON, when set, is the one started

@@ -9,6 +9,19 @@ force_group_size * micro_batch_size_per_gpu", in the middle of the first iterati
 every padded batch exactly when it divides the per-rank mini-batch, so that is the rule checked here, before Ray
 starts, on any device (a GPU run with micro-batches > 1 and dp > 1 meets the same assertion). verl's own
 ``validate_config`` checks the global sizes only.
+
+Two sizes are derived instead of refused (:func:`derive_batch_sizes`), each change printed at start-up:
+
+* ``ppo_mini_batch_size`` (actor, and the critic's when it trains) above ``data.train_batch_size`` becomes
+  ``data.train_batch_size``: verl refuses a mini-batch of more tasks than the batch has, which the embedded engine
+  allows (there it means the whole batch in one optimizer step); on verl an iteration's step rows are then cut
+  into mini-batches of ``B x rollout.n`` rows, about one optimizer step per step of an episode;
+* a micro-batch size above the rows it cuts (a rank's mini-batch, a rank's share of a padded batch) becomes that
+  number of rows: a micro-batch never holds more rows than there are, so nothing but the size changes. A smaller
+  size that does not divide those rows is still refused (:func:`check_micro_batches`);
+* an unset log-prob micro-batch size (the rollout's and the reference's ``log_prob_micro_batch_size_per_gpu``,
+  which verl requires and the composed defaults leave null) is the actor's ``ppo_micro_batch_size_per_gpu``, the
+  size the embedded engine runs every pass with, lowered as above where needed.
 """
 
 from __future__ import annotations
@@ -83,6 +96,46 @@ def micro_batch_rules(cfg: Any, group_size: int) -> list[tuple[str, str, int, st
             (f"{CRITIC}.forward_micro_batch_size_per_gpu", f"{CRITIC}.use_dynamic_bsz", share, what_share),
         ]
     return rules
+
+
+def derive_batch_sizes(cfg: Any, train_batch_size: int, group_size: int) -> list[str]:
+    """Lower, in ``cfg`` (in place), the mini-batch and micro-batch sizes verl would refuse for being too large (see
+    the module docstring); returns one line per change. Sizes verl cuts by tokens (``use_dynamic_bsz``) stay."""
+    from omegaconf import open_dict
+
+    changes = []
+
+    def lower(key: str, value: int, why: str) -> None:
+        old = OmegaConf.select(cfg, key)
+        with open_dict(cfg):
+            OmegaConf.update(cfg, key, value, merge=False)
+        changes.append(f"{key}: {old} -> {value} ({why})")
+
+    sections = [ACTOR] + ([CRITIC] if _uses_critic(cfg) else [])
+    for section in sections:
+        mini = OmegaConf.select(cfg, f"{section}.ppo_mini_batch_size", default=None)
+        dynamic = bool(OmegaConf.select(cfg, f"{section}.use_dynamic_bsz", default=False))
+        if mini is not None and not dynamic and int(mini) > train_batch_size:
+            lower(f"{section}.ppo_mini_batch_size", train_batch_size,
+                  f"verl needs data.train_batch_size ({train_batch_size}) >= ppo_mini_batch_size")
+    if str(OmegaConf.select(cfg, f"{ACTOR}.strategy", default="fsdp")) == "megatron":
+        return changes
+    try:
+        rules = micro_batch_rules(cfg, group_size)
+    except ConfigError:  # rows that the ranks cannot share: check_micro_batches names the key
+        return changes
+    actor_micro = OmegaConf.select(cfg, f"{ACTOR}.ppo_micro_batch_size_per_gpu", default=None)
+    for key, dynamic_key, rows, what in rules:
+        if bool(OmegaConf.select(cfg, dynamic_key, default=False)):
+            continue
+        micro = OmegaConf.select(cfg, key, default=None)
+        deprecated = OmegaConf.select(cfg, key.removesuffix("_per_gpu"), default=None)
+        if micro is None and deprecated is None and key.endswith("log_prob_micro_batch_size_per_gpu") and actor_micro:
+            lower(key, min(int(actor_micro), rows), f"unset: the actor's ppo_micro_batch_size_per_gpu, as the "
+                  f"embedded engine's passes use, at most the {rows} rows {what}")
+        elif micro is not None and int(micro) > rows:
+            lower(key, rows, f"a micro-batch holds at most the {rows} rows {what}")
+    return changes
 
 
 def check_micro_batches(cfg: Any, group_size: int) -> None:

@@ -34,12 +34,14 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from agent_system.config_checks import ConfigError
 from agent_system.environments import base as env_base
-from recipe.forge.engines.verl.cpu.settings import (add_worker_env, apply_cpu_settings, resolve_device,
-                                                    use_cpu_platform_in_this_process)
+from recipe.forge.engines.verl.cpu.settings import (add_worker_env, apply_cpu_settings, joins_cluster,
+                                                    resolve_device, use_cpu_platform_in_this_process)
 from recipe.forge.engines.verl.agent_loop import AGENT_NAME
 from recipe.forge.engines.verl.async_mode import apply_async_settings
 from recipe.forge.engines.verl.reaper import start_reaper
+from recipe.forge.engines.verl.settings import verl_config
 from recipe.forge.engines.verl.worker_faults import unwrap
 from recipe.forge.run_config import RunConfig
 from recipe.forge.runs.run_length import training_tasks
@@ -86,11 +88,6 @@ def verl_loggers(loggers: Any) -> list[str]:
     return list(dict.fromkeys(str(name) for name in names if str(name) not in OWN_LOGGERS))
 
 
-def verl_config(run: RunConfig) -> DictConfig:
-    """verl's config (the composed run config, interpolations kept) as verl's trainer takes it."""
-    return OmegaConf.create(run.composed)
-
-
 def idle_reward_workers(cfg: DictConfig) -> list[str]:
     """Start no verl reward workers (``reward.num_workers=0``, in place) where they could only idle: the forge
     agent loop sets every trajectory's ``reward_score`` from its environment, which verl's agent loop then never
@@ -105,9 +102,13 @@ def idle_reward_workers(cfg: DictConfig) -> list[str]:
             "verl's reward workers would only idle)"]
 
 
-def prepare_verl_config(run: RunConfig) -> DictConfig:
-    """verl's config of the run, wired for the forge agent loop and trainer, with its task files written."""
-    cfg = verl_config(run)
+def wired_verl_config(run: RunConfig) -> DictConfig:
+    """verl's config of the run (:func:`verl_config`), wired for the forge agent loop and trainer and, on a CPU,
+    with the CPU backend's settings; every derived or replaced value is printed. Writes nothing."""
+    derived: list[str] = []
+    cfg = verl_config(run, derived)
+    for change in derived:
+        print(f"[slea-rl] verl batch sizes: {change}", flush=True)
     device = resolve_device(cfg)
     for change in idle_reward_workers(cfg):
         print(f"[slea-rl] verl: {change}", flush=True)
@@ -116,8 +117,6 @@ def prepare_verl_config(run: RunConfig) -> DictConfig:
     if device == "cpu":
         for change in apply_cpu_settings(cfg):
             print(f"[slea-rl] verl on the CPU: {change}", flush=True)
-    task_dir = os.path.join(run.trainer.output_dir or "checkpoints", "forge_tasks")
-    train_path, val_path = write_task_files(run, cfg.trainer.get("total_training_steps"), task_dir)
     from recipe.forge.hf.model_paths import resolve_model_path
 
     with open_dict(cfg):
@@ -125,8 +124,6 @@ def prepare_verl_config(run: RunConfig) -> DictConfig:
         cfg.actor_rollout_ref.model.path = resolve_model_path(str(cfg.actor_rollout_ref.model.path))
         if cfg.get("critic") is not None and cfg.critic.get("model") is not None and cfg.critic.model.get("path"):
             cfg.critic.model.path = resolve_model_path(str(cfg.critic.model.path))
-        cfg.data.train_files = train_path
-        cfg.data.val_files = val_path
         cfg.actor_rollout_ref.rollout.agent.default_agent_loop = AGENT_NAME
         cfg.actor_rollout_ref.rollout.n = run.group_size
         cfg.trainer.v1.trainer_mode = run.verl.registered_mode  # verl picks the forge trainer of the run's mode
@@ -138,9 +135,53 @@ def prepare_verl_config(run: RunConfig) -> DictConfig:
     return cfg
 
 
+def attach_task_files(run: RunConfig, cfg: DictConfig) -> None:
+    """Write the run's task files (:func:`write_task_files`) into ``<run folder>/forge_tasks`` and point ``cfg``
+    at them."""
+    task_dir = os.path.join(run.trainer.output_dir or "checkpoints", "forge_tasks")
+    train_path, val_path = write_task_files(run, cfg.trainer.get("total_training_steps"), task_dir)
+    with open_dict(cfg):
+        cfg.data.train_files = train_path
+        cfg.data.val_files = val_path
+
+
+def prepare_verl_config(run: RunConfig) -> DictConfig:
+    """verl's config of the run, wired for the forge agent loop and trainer, with its task files written."""
+    cfg = wired_verl_config(run)
+    attach_task_files(run, cfg)
+    return cfg
+
+
+def check_cpu_ranks(cfg: DictConfig, cores: int | None = None) -> None:
+    """A CPU run that starts its own Ray runs one FSDP training process per ``trainer.n_gpus_per_node x
+    trainer.nnodes``: more of them than this machine has cores only share the cores (verl's defaults ask for 8).
+    ConfigError naming the keys; a run joining a cluster is left to the cluster's nodes."""
+    if cfg.trainer.device != "cpu" or joins_cluster(cfg):
+        return
+    cores = cores or len(os.sched_getaffinity(0))
+    ranks = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes)
+    if ranks > cores:
+        raise ConfigError(
+            f"trainer.device=cpu runs trainer.n_gpus_per_node x trainer.nnodes = {ranks} training processes, more than "
+            f"this machine's {cores} CPU cores: set trainer.n_gpus_per_node=1 (at most {cores}) and trainer.nnodes=1, "
+            "as examples/forge/run_numberline_cpu.sh does")
+
+
+def check_with_verl(cfg: DictConfig) -> None:
+    """verl's own start-up check (``validate_config``) of the wired config, its refusal as one ConfigError line."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config as verl_validate_config
+
+    try:
+        verl_validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    except (ValueError, AssertionError) as exc:
+        raise ConfigError(f"verl refuses the config: {' '.join(str(exc).split())}") from None
+
+
 def run_verl(run: RunConfig) -> None:
-    """Train with verl: prepare verl's config and the tasks, and hand them to verl's ``run_ppo``. The run folder is
-    held throughout (recipe/forge/runs/run_folder.py): a second run on it is refused before anything is written."""
+    """Train with verl: wire verl's config, check it (ours, then verl's own, before anything is written or Ray
+    starts), write the tasks and hand them to verl's ``run_ppo``. The run folder is held throughout
+    (recipe/forge/runs/run_folder.py): a second run on it is refused before anything is written."""
     from recipe.forge.runs.run_folder import own_run_folder
 
     with own_run_folder(run.trainer.output_dir):
@@ -148,18 +189,18 @@ def run_verl(run: RunConfig) -> None:
 
 
 def _run_verl(run: RunConfig) -> None:
-    cfg = prepare_verl_config(run)
+    cfg = wired_verl_config(run)
+    check_cpu_ranks(cfg)
     if cfg.trainer.device == "cpu":
         use_cpu_platform_in_this_process()
 
     import recipe.forge.engines.verl.plugin  # noqa: F401  registrations in this (driver) process too
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.utils.config import validate_config as verl_validate_config
     from verl.utils.device import auto_set_device
 
     auto_set_device(cfg)
-    verl_validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    check_with_verl(cfg)
+    attach_task_files(run, cfg)
     start_reaper()
     try:
         run_ppo(cfg, task_runner_class=TaskRunnerV1)

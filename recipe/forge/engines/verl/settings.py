@@ -12,7 +12,8 @@ read besides the shared sections (``algorithm``, ``env``, ``data``, ``trainer``)
 * ``response_prefix``: ``trainer.local.response_prefix``, the prefilled start of every response (both engines).
 
 :func:`check_verl_engine_config` refuses, before Ray starts, what this engine cannot honour (each error names the
-key). verl reads its own keys from the composed config (``RunConfig.composed``) when its trainer starts.
+key). verl reads its own keys from :func:`verl_config`: the composed config (``RunConfig.composed``) with the batch
+sizes it would refuse derived.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from agent_system.config_checks import ConfigError
 from recipe.forge.config_reader import ConfigReader
@@ -71,6 +72,19 @@ def read_verl(reader: ConfigReader) -> VerlSettings:
     )
 
 
+def verl_config(run: RunConfig, changes: list[str] | None = None) -> DictConfig:
+    """verl's config (the composed run config, interpolations kept) as verl's trainer takes it, with the batch
+    sizes verl would refuse for being too large derived (batch_layout.derive_batch_sizes); each change is appended
+    to ``changes``."""
+    from recipe.forge.engines.verl.batch_layout import derive_batch_sizes
+
+    cfg = OmegaConf.create(run.composed)
+    derived = derive_batch_sizes(cfg, run.data.train_batch_size, run.group_size)
+    if changes is not None:
+        changes.extend(derived)
+    return cfg
+
+
 def check_verl_engine_config(run: RunConfig) -> None:
     """What this engine cannot honour, refused before Ray starts (each error names the key)."""
     from recipe.forge.engines.verl.async_mode import check_async_config
@@ -78,7 +92,7 @@ def check_verl_engine_config(run: RunConfig) -> None:
     from recipe.forge.engines.verl.distill import check_distillation_config
     from recipe.forge.engines.verl.rollout_logprobs import check_rollout_log_probs
 
-    cfg = OmegaConf.create(run.composed)  # verl's config, as main.verl_config builds it
+    cfg = verl_config(run)
     if not run.verl.is_async:  # the async modes turn the rollout log-probs on (async_mode.apply_async_settings)
         check_rollout_log_probs(cfg)
     check_micro_batches(cfg, run.group_size)
