@@ -117,6 +117,30 @@ def test_eager_attention_gives_the_same_result():
     assert_same_grads(plain_grads, shared_grads)
 
 
+def test_the_shared_prefix_gradients_are_the_same_on_every_run():
+    """Rows that read one cache row add their gradients into it in a fixed order: before, advanced indexing's backward
+    (index_put_ with accumulate) added them in a thread-dependent order on a CPU, and two runs of one fp32 update
+    differed in the last bits (two main-job runs 3e-7 apart after one iteration), so a resumed run never equalled the
+    uninterrupted one. 64 rows on one 40-token prefix, a cache large enough for torch to split the sum over threads."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=128, intermediate_size=128, num_hidden_layers=1,
+                                         num_attention_heads=4, num_key_value_heads=4, pad_token_id=PAD))
+    generator = torch.Generator().manual_seed(1)
+    prompts = [list(range(10, 50)) + [int(t)] for t in torch.randint(60, 120, (64,), generator=generator)]
+    packed = pack(prompts, [[1, 2, 3]] * len(prompts), PAD)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(threads, 2))
+    try:
+        _, first = logprobs_and_grads(model, packed, share=True)
+        for _ in range(4):
+            _, again = logprobs_and_grads(model, packed, share=True)
+            assert all(torch.equal(again[name], first[name]) for name in first)
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("share_prefix", [False, True])
 def test_both_forwards_equal_each_row_alone(share_prefix):
     """The reference itself: the plain padded forward (which the tests above compare the shared one with), and the

@@ -100,6 +100,25 @@ def check_cache_kept(model: nn.Module) -> None:
                          "under actor_rollout_ref.model.enable_gradient_checkpointing=true)")
 
 
+def select_cache_rows(cache, rows: torch.Tensor) -> None:
+    """Keep ``rows`` (m,) of ``cache``'s batch, in place: ``cache.batch_select_indices(rows)`` with ``index_select``.
+
+    The same rows; the difference is the backward. Rows that read one cache row add their gradients into it:
+    ``index_select``'s backward (``index_add_``) adds them in a fixed order, advanced indexing's (``index_put_`` with
+    accumulate, what ``batch_select_indices`` runs) in a thread-dependent one on a CPU. With more than one thread,
+    two runs of the same fp32 update then differed in the last bits (weights 3e-7 apart after one iteration of the
+    main job), so no resumed run could equal the uninterrupted one. A cache layer that is not a plain key/value
+    layer selects its rows its own way."""
+    from transformers.cache_utils import DynamicLayer
+
+    for layer in cache.layers:
+        if isinstance(layer, DynamicLayer) and layer.get_seq_length() > 0:
+            layer.keys = layer.keys.index_select(0, rows)
+            layer.values = layer.values.index_select(0, rows)
+        else:
+            layer.batch_select_indices(rows)
+
+
 def tail_inputs(model: nn.Module, prefix: SharedPrefix, tail_ids: torch.Tensor, tail_mask: torch.Tensor) -> dict:
     """Run the shared prefix through ``model``'s decoder and return the keyword arguments of the tail's forward.
 
@@ -131,13 +150,13 @@ def tail_inputs(model: nn.Module, prefix: SharedPrefix, tail_ids: torch.Tensor, 
     a, (g, b) = common.shape[1], rest_ids.shape
     if b:
         if cache is not None:
-            cache.batch_select_indices(torch.zeros(g, dtype=torch.long, device=device))
+            select_cache_rows(cache, torch.zeros(g, dtype=torch.long, device=device))
         positions = a + torch.arange(b, device=device).unsqueeze(0).expand(g, b)
         out = decoder(input_ids=rest_ids, attention_mask=torch.cat([rest_mask.new_ones((g, a)), rest_mask], dim=1),
                       position_ids=positions, past_key_values=cache, use_cache=True)
         cache, row_source = out.past_key_values, prefix.rest_of_row.to(device)
     if cache is not None:
-        cache.batch_select_indices(row_source)
+        select_cache_rows(cache, row_source)
     cache_mask = torch.cat([rest_mask.new_ones((m, a)), rest_mask[prefix.rest_of_row.to(device)]], dim=1)
     t = tail_ids.shape[1]
     positions = (prefix.prompt_lengths.to(device) - 1).unsqueeze(1) + torch.arange(t, device=device).unsqueeze(0)
