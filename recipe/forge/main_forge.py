@@ -41,6 +41,7 @@ def run(cfg: DictConfig, record: Path | None = None):
     with a RunFolderError naming the folder and the fault."""
     from recipe.forge.runs.records import mark_started
     from recipe.forge.runs.run_folder import own_run_folder
+    from recipe.forge.runs.run_start import interrupted_line, start_run
     from recipe.forge.runs.write_faults import writing
 
     run_config = validate(cfg)
@@ -49,22 +50,33 @@ def run(cfg: DictConfig, record: Path | None = None):
         with writing("the run's files", folder, redescribe=False):
             if record is not None:
                 mark_started(record)
-            return train(run_config)
+            plan = start_run(run_config)  # fresh, resumed or complete, said before any model loads
+            if plan.complete:
+                return []
+            try:
+                return train(run_config, plan)
+            except KeyboardInterrupt:
+                raise RunInterrupted(interrupted_line(folder, sys.argv)) from None
 
 
-def train(run_config):
-    """Train a checked run config (:func:`validate`) with its engine; the caller holds the run folder."""
+class RunInterrupted(Exception):
+    """Ctrl-C ended the run; the message says what was saved and the command that continues it."""
+
+
+def train(run_config, plan=None):
+    """Train a checked run config (:func:`validate`) with its engine from ``plan`` (run_start.start_run; None: the
+    engine decides); the caller holds the run folder."""
     if run_config.engine == "verl":
         from recipe.forge.engines.verl.main import run_verl
 
-        return run_verl(run_config)
+        return run_verl(run_config, plan)
     if run_config.engine == "api":
         from recipe.forge.engines.api.runner import PromptOnlyRunner
 
-        return PromptOnlyRunner(run_config).fit()
+        return PromptOnlyRunner(run_config).fit(plan)
     from recipe.forge.engines.local.trainer import LocalTrainer
 
-    return LocalTrainer(run_config).fit()
+    return LocalTrainer(run_config).fit(plan)
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="forge_trainer", version_base=None)
@@ -81,6 +93,9 @@ def _hydra_main(cfg: DictConfig) -> None:
     record = Path(hydra_run.runtime.output_dir)  # Hydra's record of this command, written before any check
     try:
         run(cfg, record)
+    except RunInterrupted as exc:
+        print(f"[slea-rl] {exc}", file=sys.stderr, flush=True)
+        sys.exit(130)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -123,8 +123,8 @@ def test_each_engines_trainer_holds_the_run_folder_itself(tmp_path, endpoint, ru
     trainers = {
         "local": lambda: LocalTrainer(validate(compose_cfg(run_overrides(out))), Components(policy=policy)).fit(),
         "api": lambda: PromptOnlyRunner(validate(compose_cfg(_api_run(out, endpoint, run_overrides)))).fit(),
-        "verl": lambda: run_verl(validate(compose_cfg(run_overrides(out) + ["trainer.engine=verl",
-                                                                            "trainer.device=cpu"]))),
+        "verl": lambda: run_verl(validate(compose_cfg(run_overrides(out) + ["trainer.engine=verl", "trainer.device=cpu",
+                                                                            "trainer.n_gpus_per_node=1"]))),
     }
     with _held_by_another_process(out) as pid:
         for engine, fit in trainers.items():

@@ -382,6 +382,4 @@ def resume_from_checkpoint(output_dir: str | Path, resume_mode: str, resume_from
     path = checkpoint_to_resume(output_dir, resume_mode, resume_from_path)
     if path is None:
         return 0
-    iteration = int(load_checkpoint(path, **parts)["iteration"])
-    print(f"resumed from {path} at iteration {iteration}", flush=True)
-    return iteration
+    return int(load_checkpoint(path, **parts)["iteration"])

@@ -16,7 +16,9 @@ from typing import Protocol
 
 from tqdm.auto import tqdm
 
+from recipe.forge.runs.console import say
 from recipe.forge.run_config import RunConfig
+from recipe.forge.runs.run_start import StartPlan, finish_line, start_run
 
 
 class IterativeEngine(Protocol):
@@ -37,15 +39,24 @@ def is_due(done: int, every: int, total: int) -> bool:
     return every > 0 and (done % every == 0 or done == total)
 
 
-def fit(engine: IterativeEngine, run: RunConfig, description: str) -> list[dict[str, float]]:
+def fit(engine: IterativeEngine, run: RunConfig, description: str, plan: StartPlan | None = None
+        ) -> list[dict[str, float]]:
     """Train ``engine`` to ``trainer.total_training_steps`` iterations; returns the metrics this process logged.
 
-    With ``trainer.val_only`` it only evaluates the restored state (:func:`evaluate_only`). The run folder is held
+    ``plan``: how the run starts (recipe/forge/runs/run_start.py; decided, and said, here when None). With
+    ``trainer.val_only`` it only evaluates the restored state (:func:`evaluate_only`). The run folder is held
     for the whole fit (recipe/forge/runs/run_folder.py): a second fit on it, in this process or another, is refused."""
     from recipe.forge.runs.run_folder import own_run_folder
 
     with own_run_folder(run.trainer.output_dir):
-        return _fit(engine, run, description)
+        plan = plan or start_run(run)
+        if plan.complete:
+            return []
+        started = time.perf_counter()
+        history = _fit(engine, run, description)
+        if not run.trainer.val_only:
+            say(finish_line(run.trainer.output_dir, history, time.perf_counter() - started))
+        return history
 
 
 def _fit(engine: IterativeEngine, run: RunConfig, description: str) -> list[dict[str, float]]:
@@ -79,5 +90,16 @@ def _fit(engine: IterativeEngine, run: RunConfig, description: str) -> list[dict
         if is_due(done, t.save_freq, t.total_iterations):
             engine.save(done)
             prune_checkpoints(t.output_dir, t.max_ckpt_to_keep)
+        if done == t.total_iterations:
+            save_library_copy(getattr(engine, "experience", None), run.algorithm, done)
     tracker.close()
     return history
+
+
+def save_library_copy(experience, algorithm, done: int) -> None:
+    """The library copy (``algorithm.forge.checkpoint_dir``) after a run's last iteration: evolution writes it every
+    ``library_save_freq`` iterations, so a run whose length is not a multiple of that would leave an older copy
+    (or, shorter than it, none)."""
+    forge = algorithm.forge
+    if experience is not None and forge.checkpoint_dir and done % forge.library_save_freq:
+        experience.save(forge.checkpoint_dir)

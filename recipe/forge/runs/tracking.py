@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_system.json_input import loads as read_json
+from recipe.forge.runs.console import say
 from recipe.forge.runs.durable import write_text_atomic
 from recipe.forge.runs.metric_names import with_current_names
 from recipe.forge.runs.run_folder import check_metrics_file
@@ -107,7 +108,7 @@ class MetricsTracker:
             handle.write(json.dumps({"iteration": iteration, **clean}, sort_keys=True) + "\n")
         if self.console:
             shown = "  ".join(f"{k}={clean[k]:.4g}" for k in CONSOLE_KEYS if k in clean)
-            print(f"[iter {iteration}] {shown}", flush=True)
+            say(f"[iter {iteration}] {shown}", prefix="")
         if self.tensorboard is not None:
             for key, value in clean.items():
                 self.tensorboard.add_scalar(key, value, iteration)

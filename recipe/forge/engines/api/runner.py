@@ -143,12 +143,12 @@ class PromptOnlyRunner:
             save_checkpoint(self.output_dir, point.iteration, rng={"env_tasks": point.task_rng}, experience=point)
         return f"the checkpoint {path} holds the run up to iteration {point.iteration} (trainer.resume_mode=auto resumes from it)"
 
-    def fit(self) -> list[dict[str, float]]:
+    def fit(self, plan=None) -> list[dict[str, float]]:
         """Run to ``trainer.total_training_steps`` iterations (fit_loop.fit); returns the logged metrics. An
         endpoint that stays unusable ends the run with EndpointError after save_restore_point."""
         from recipe.forge.runs.fit_loop import fit
 
         try:
-            return fit(self, self.run, "prompt-only iterations")
+            return fit(self, self.run, "prompt-only iterations", plan)
         except EndpointError as exc:
             raise EndpointError(f"{exc}; {self.save_restore_point()}") from None

@@ -276,6 +276,7 @@ class LocalTrainer:
         return done
 
     # ------------------------------------------------------------------ loop
-    def fit(self) -> list[dict[str, float]]:
-        """Train to ``trainer.total_training_steps`` iterations (fit_loop.fit); returns the logged metrics."""
-        return fit(self, self.run, "SLEA-RL iterations")
+    def fit(self, plan=None) -> list[dict[str, float]]:
+        """Train to ``trainer.total_training_steps`` iterations (fit_loop.fit) from ``plan`` (recipe/forge/runs/run_start.py;
+        None: decided there); returns the logged metrics."""
+        return fit(self, self.run, "SLEA-RL iterations", plan)

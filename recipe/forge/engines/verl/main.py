@@ -28,6 +28,7 @@ recipe/forge/main_forge.py dispatches here. :func:`run_verl`
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,9 @@ from recipe.forge.engines.verl.async_mode import apply_async_settings
 from recipe.forge.engines.verl.reaper import start_reaper
 from recipe.forge.engines.verl.settings import verl_config
 from recipe.forge.engines.verl.worker_faults import unwrap
+from recipe.forge.runs.console import say
 from recipe.forge.run_config import RunConfig
+from recipe.forge.runs.run_start import StartPlan, finish_line, start_run
 from recipe.forge.runs.run_length import training_tasks
 from recipe.forge.runs.torch_files import WORKER_ENV
 
@@ -178,14 +181,28 @@ def check_with_verl(cfg: DictConfig) -> None:
         raise ConfigError(f"verl refuses the config: {' '.join(str(exc).split())}") from None
 
 
-def run_verl(run: RunConfig) -> None:
+def run_verl(run: RunConfig, plan: StartPlan | None = None) -> None:
     """Train with verl: wire verl's config, check it (ours, then verl's own, before anything is written or Ray
     starts), write the tasks and hand them to verl's ``run_ppo``. The run folder is held throughout
     (recipe/forge/runs/run_folder.py): a second run on it is refused before anything is written."""
     from recipe.forge.runs.run_folder import own_run_folder
 
     with own_run_folder(run.trainer.output_dir):
+        plan = plan or start_run(run)
+        if plan.complete:
+            return
+        started = time.perf_counter()
         _run_verl(run)
+        if not run.trainer.val_only:
+            say(finish_line(run.trainer.output_dir, read_history(run.trainer.output_dir), time.perf_counter() - started))
+
+
+def read_history(folder: str) -> list[dict]:
+    """The metrics records of the run in ``folder`` (its metrics.jsonl; empty without one)."""
+    from recipe.forge.runs.tracking import read_metrics
+
+    path = os.path.join(folder, "metrics.jsonl")
+    return read_metrics(path) if os.path.isfile(path) else []
 
 
 def _run_verl(run: RunConfig) -> None:
