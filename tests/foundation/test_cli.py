@@ -17,7 +17,7 @@ def test_help_lists_our_keys_and_commands_in_under_80_lines(tmp_path):
     assert len(output.splitlines()) < 80
     for needle in ("trainer.engine", "trainer.val_only", "algorithm.forge.", "env.env_name", "--cfg job",
                    "+experiment=main_job", "slea-rl-library", "slea-rl-trajectories", "slea-rl eval", "slea-rl export",
-                   "docs/configuration.md"):
+                   "docs/configuration.md", "trainer.rollout_data_dir"):
         assert needle in output, needle
     assert "WARNING" not in output and "not available" not in output
     assert "ppo_mini_batch_size" not in output, "verl's full config belongs behind --cfg job"
@@ -39,3 +39,12 @@ def test_slea_rl_eval_is_a_command_of_slea_rl(tmp_path):
     assert proc.stderr.strip().splitlines() == [f"slea-rl eval: {tmp_path / 'missing'}: no such folder (give a checkpoint "
                                                 "global_step_<k>/ or a Hugging Face model folder)"]
     assert not list(tmp_path.iterdir())
+
+
+def test_each_commands_help_opens_with_its_whole_first_paragraph():
+    """--help's description is the command's first paragraph, whole (it was the first line of a wrapped sentence)."""
+    for command, sentence_end in ((["-m", "recipe.forge.main_forge", "eval"], "the same at any evaluation batch size."),
+                                  (["-m", "recipe.forge.commands.trajectory_viewer"], "pass and iteration.")):
+        proc = subprocess.run([sys.executable, *command, "--help"], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert sentence_end in " ".join(proc.stdout.split()), proc.stdout

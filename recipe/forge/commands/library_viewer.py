@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["diff"]:
         return library_diff.main(argv[1:])
-    parser = argparse.ArgumentParser(prog="slea-rl-library", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="slea-rl-library", description=" ".join(__doc__.split("\n\n")[0].split()),
                                      epilog="slea-rl-library diff A B: what changed between two checkpoints "
                                             "(slea-rl-library diff --help)")
     parser.add_argument("checkpoint", help="checkpoint folder or experience_library.json")

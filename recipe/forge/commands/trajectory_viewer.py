@@ -206,7 +206,7 @@ def library_ids(view: dict[str, Any] | None) -> set[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="slea-rl-trajectories", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="slea-rl-trajectories", description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("rollout_data_dir", type=Path, help="the run's trainer.rollout_data_dir")
     parser.add_argument("--out", type=Path, required=True, help="folder for trajectories.html / .md")
     parser.add_argument("--library", help="checkpoint folder or experience_library.json: written as "

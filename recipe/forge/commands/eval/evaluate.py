@@ -315,7 +315,7 @@ def run_eval(args: argparse.Namespace, given: list[str]) -> tuple[dict[str, Any]
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="slea-rl eval", description=__doc__.splitlines()[0],
+    p = argparse.ArgumentParser(prog="slea-rl eval", description=" ".join(__doc__.split("\n\n")[0].split()),
                                 epilog="Further arguments are Hydra overrides of the run config, as for slea-rl.")
     p.add_argument("checkpoint", type=Path, help="global_step_<k>/ of either engine, or a Hugging Face model folder")
     p.add_argument("--tasks", type=int, default=None, help="held-out tasks (default: data.val_batch_size)")
