@@ -86,15 +86,17 @@ def _hydra_main(cfg: DictConfig) -> None:
     from recipe.forge.runs.durable import CheckpointError
     from recipe.forge.engines.api.retry import EndpointError
     from recipe.forge.engines.verl.worker_faults import EXIT_CODE, WorkerDiedError
+    from recipe.forge.runs.console import log_to_run_files, say
     from recipe.forge.runs.records import discard
     from recipe.forge.runs.write_faults import RunFolderError
 
+    log_to_run_files()
     hydra_run = HydraConfig.get()
     record = Path(hydra_run.runtime.output_dir)  # Hydra's record of this command, written before any check
     try:
         run(cfg, record)
     except RunInterrupted as exc:
-        print(f"[slea-rl] {exc}", file=sys.stderr, flush=True)
+        say(str(exc), stream=sys.stderr)
         sys.exit(130)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)

@@ -166,3 +166,7 @@ def test_ctrl_c_mid_iteration_then_the_same_command_resumes_keeping_every_earlie
     assert "done in" in again.stdout.splitlines()[-1]
     metrics = read_lines(folder / "metrics.jsonl")
     assert metrics[:newest] == kept and [json.loads(line)["iteration"] for line in metrics] == [1, 2, 3, 4]
+    # the run's own lines are also in Hydra's log of each command
+    first_log, second_log = [(record / "main_forge.log").read_text() for record in sorted((folder / "hydra").iterdir())]
+    assert "starting fresh" in first_log and "interrupted:" in first_log and "[iter 1]" in first_log
+    assert "resuming from" in second_log and "[iter 4]" in second_log and "done in" in second_log

@@ -35,6 +35,25 @@ def test_verl_private_hooks_still_exist_in_the_installed_verl(plugin):
     assert engine_workers.maybe_fix_3d_position_ids is engine_base.maybe_fix_3d_position_ids is fix_3d_position_ids
 
 
+def test_the_task_runner_prints_no_config_dump_and_the_hook_restores(plugin, capsys):
+    import inspect
+
+    from verl.trainer import main_ppo
+
+    from recipe.forge.engines.verl.cpu.verl_private import no_config_dump
+    from recipe.forge.engines.verl.task_runner import QuietTaskRunner
+
+    # hook 4: verl's runner dumps the config through the pprint of its globals (main_ppo's, used for nothing else)
+    verl_runner = main_ppo.TaskRunnerV1.__ray_metadata__.modified_class.__mro__[1]
+    assert "pprint(OmegaConf.to_container(config" in inspect.getsource(verl_runner.run)
+    assert inspect.getsource(main_ppo).count("pprint(") == 1 and verl_runner.run.__globals__["pprint"] is main_ppo.pprint
+    original = main_ppo.pprint
+    with no_config_dump(verl_runner.run):
+        main_ppo.pprint({"a": 1})
+    assert main_ppo.pprint is original and capsys.readouterr().out == ""
+    assert issubclass(QuietTaskRunner.__ray_metadata__.modified_class, verl_runner)
+
+
 def test_unpinned_offload_policy_forces_pin_memory_off_and_restores(plugin):
     from verl.workers.engine.fsdp import transformer_impl
 
@@ -143,15 +162,18 @@ def test_loggers_map_to_verl_tracking_backends(run_config_factory, tmp_path):
 
     from recipe.forge.engines.verl.main import prepare_verl_config, verl_loggers
 
-    # jsonl is ours (the forge trainer writes metrics.jsonl); verl's own file backend stays the user's choice
-    assert verl_loggers(["console", "jsonl", "file", "console"]) == ["console", "file"]
+    # jsonl, console and tensorboard are ours (the forge trainer writes metrics.jsonl and TensorBoard in the run folder,
+    # the driver prints the console line); verl's own file backend stays the user's choice
+    assert verl_loggers(["console", "jsonl", "file", "console", "tensorboard", "wandb"]) == ["file", "wandb"]
     assert verl_loggers("jsonl") == []
     from recipe.forge.run_config import load_run_config
 
     cfg = prepare_verl_config(load_run_config(run_config_factory(["trainer.engine=verl",
                                                                   f"trainer.default_local_dir={tmp_path}"])))
-    assert list(cfg.trainer.logger) == ["console"]  # the default [console, jsonl], valid for verl
+    assert list(cfg.trainer.logger) == []  # the default [console, jsonl]: both ours
+    assert list(cfg.trainer.slea_rl_loggers) == ["console", "jsonl"]
     assert set(cfg.trainer.logger) <= set(Tracking.supported_backend)
+    assert cfg.data.dataloader_num_workers == 0
 
 
 def test_a_forge_run_starts_no_reward_workers_unless_a_reward_model_is_on(run_config_factory, tmp_path, capsys):

@@ -128,8 +128,8 @@ def test_forge_on_two_nodes_with_distillation_kl_and_rollout_correction_survives
     # verl ran the 2 tasks in the 2 workers, the G copies of each in one of them, from one library version
     assert first["agent_workers_seen"] == [2, 2] and first["task_groups_split"] == [0, 0]
     assert first["library_versions_seen"] == [1, 1]
-    [log] = tmp_path.glob("train_*.log")
-    assert "rollout_corr/" in log.read_text(errors="replace")  # verl's correction ran for forge's step
+    logged = {key for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() for key in json.loads(line)}
+    assert any(key.startswith("rollout_corr/") for key in logged)  # verl's correction ran for forge's step
 
     # checkpoint 2 is whole (two shards, the library, the task sampler) and nothing of iteration 3 was written
     checkpoints = tmp_path / "run"
@@ -249,12 +249,31 @@ def check_sharded_checkpoint(actor: Path, world_size: int) -> None:
         assert all(piece.shape[0] < tensor.shape[0] for piece in pieces), name  # no rank holds the whole
 
 
-def test_grpo_trains_two_iterations(tmp_path, tiny_llama):
+def test_grpo_trains_two_iterations_and_its_console_reads_like_the_embedded_engines(tmp_path, tiny_llama):
     # Sampling is not seeded, so a group of copies can tie: 4 copies of 2 tasks over 2 iterations make an
     # iteration with some non-zero advantage near certain, and each iteration is checked against its own advantages.
-    summary = smoke(tmp_path, *tiny_llama, "--estimator", "grpo", "--group-size", "4")
+    summary = smoke(tmp_path, *tiny_llama, "--estimator", "grpo", "--group-size", "4",
+                    "trainer.logger=[console,jsonl,tensorboard]")
+    check_console(Path(summary["log"]), tmp_path / "run", iterations=2)
     assert summary["iterations"] == 2
     assert any(advantage > 0 for advantage in summary["advantage_abs_max"])
     for advantage, grad_norm in zip(summary["advantage_abs_max"], summary["grad_norms"]):
         assert (grad_norm > 0) == (advantage > 0), summary  # a gradient exactly where some advantage is non-zero
     assert summary["rollout_actor_logprob_diff_max"] is None or summary["rollout_actor_logprob_diff_max"] < 0.01
+
+
+def check_console(log: Path, run: Path, iterations: int) -> None:
+    """What a verl run printed (stdout and stderr): a start banner, one short line per iteration, an end line, no
+    traceback and no config dump (verl_config.yaml in the run folder holds it), verl's per-episode note once; the full
+    metrics in metrics.jsonl, TensorBoard's events in the run folder."""
+    lines = log.read_text(errors="replace").splitlines()
+    assert "Traceback" not in "\n".join(lines) and len(lines) <= 40 + 10 * iterations, "\n".join(lines)
+    assert lines[0].startswith("[slea-rl] starting fresh") and lines[-1].startswith("[slea-rl] done in"), lines
+    for iteration in range(1, iterations + 1):
+        [shown] = [line for line in lines if line.startswith(f"[iter {iteration}] ")]
+        assert "success_rate=" in shown and len(shown) < 300, shown
+    assert sum("Continuous Token builder" in line for line in lines) <= 1
+    assert "actor_rollout_ref" in (run / "verl_config.yaml").read_text()
+    assert not any("'actor_rollout_ref'" in line for line in lines)
+    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+

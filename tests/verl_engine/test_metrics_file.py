@@ -41,3 +41,31 @@ def test_an_evaluation_of_a_checkpoint_leaves_the_training_history_alone(tmp_pat
     run_steps(tmp_path, [2], resumed_at=2, val_only=True)
     assert (tmp_path / "metrics.jsonl").read_text() == before
     assert [r["iteration"] for r in lines(tmp_path / "eval" / "global_step_2" / "metrics.jsonl")] == [2]
+
+
+def test_tensorboard_goes_to_the_run_folder_when_the_run_asks_for_it(tmp_path):
+    from omegaconf import OmegaConf
+
+    trainer = OmegaConf.create({"slea_rl_loggers": ["console", "jsonl", "tensorboard"]})
+    tee = MetricsFileTee(Tracking("p", "e", default_backend=[]), metrics_file_tracker(str(tmp_path), 0, False, trainer))
+    tee.log(data={"actor/grad_norm": 0.5}, step=1)
+    tee.tracker.close()
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    untold = tmp_path / "plain"
+    metrics_file_tracker(str(untold), 0, False, OmegaConf.create({"slea_rl_loggers": ["jsonl"]})).log(1, {"a": 1.0})
+    assert not (untold / "tensorboard").exists()
+
+
+def test_the_drivers_console_prints_each_new_iteration_once_and_waits_for_a_whole_line(tmp_path, capsys):
+    from recipe.forge.engines.verl.driver_console import MetricsConsole
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"iteration": 1, "success_rate": 0.5}\n{"iteration": 2, "success_rate": 0.25}\n{"iter')
+    console = MetricsConsole(str(tmp_path), after=1)  # resumed at 1: iteration 1 was shown by the first run
+    console.show_new()
+    assert capsys.readouterr().out.splitlines() == ["[iter 2] success_rate=0.25"]
+    with path.open("a") as handle:  # the torn line completed, a validation-only record without numbers added
+        handle.write('ation": 3, "success_rate": 1, "episode_reward/mean": -1.5, "note": "x"}\n')
+    console.show_new()
+    console.show_new()
+    assert capsys.readouterr().out.splitlines() == ["[iter 3] success_rate=1  episode_reward/mean=-1.5"]

@@ -67,3 +67,19 @@ def test_ray_worker_imports_recipe_and_sees_registrations(tmp_path):
     assert got["agent_loop"]["_target_"].endswith("ForgeAgentLoop")
     assert got["trainer"].endswith("ForgeTrainer")
     assert got["recipe_file"].endswith(os.path.join("recipe", "forge", "__init__.py"))
+
+
+def test_a_note_verl_logs_per_episode_is_shown_once_per_process(tmp_path):
+    """verl warns each time an agent loop (one per episode) picks its token builder for a model type it has no builder
+    for; after the plugin, each such note is logged once in a process, a different note still once."""
+    code = (
+        "import io, json, logging, verl\n"
+        "from verl.utils.tokenizer import continuous_token_wiring as wiring\n"
+        "stream = io.StringIO()\n"
+        "logging.getLogger().addHandler(logging.StreamHandler(stream))\n"
+        "for model_type in ('llama', 'llama', 'llama', 'gpt2', 'gpt2'):\n"
+        "    wiring.infer_continuous_token_model_family(hf_model_type=model_type)\n"
+        "print(json.dumps({'lines': stream.getvalue().splitlines()}))\n"
+    )
+    lines = run_outside_repo(code, tmp_path)["lines"]
+    assert len(lines) == 2 and "'llama'" in lines[0] and "'gpt2'" in lines[1], lines

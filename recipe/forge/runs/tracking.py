@@ -35,6 +35,12 @@ CONSOLE_KEYS = ("success_rate", "episode_reward/mean", "valid_action_ratio", "ep
                 "timing_s/step")
 
 
+def console_line(iteration: int, metrics: dict[str, Any]) -> str:
+    """The short line an iteration prints (:data:`CONSOLE_KEYS` it has); the metrics file holds the full set."""
+    shown = "  ".join(f"{k}={float(metrics[k]):.4g}" for k in CONSOLE_KEYS if isinstance(metrics.get(k), (int, float)))
+    return f"[iter {iteration}] {shown}"
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The records of a metrics JSONL file, former metric names read as their current ones
     (recipe/forge/runs/metric_names.py); a line that is not a JSON object (torn by a kill mid-append) is dropped with
@@ -107,8 +113,7 @@ class MetricsTracker:
         with writing(f"the metrics of iteration {iteration}", self.path), self.path.open("a") as handle:
             handle.write(json.dumps({"iteration": iteration, **clean}, sort_keys=True) + "\n")
         if self.console:
-            shown = "  ".join(f"{k}={clean[k]:.4g}" for k in CONSOLE_KEYS if k in clean)
-            say(f"[iter {iteration}] {shown}", prefix="")
+            say(console_line(iteration, clean), prefix="")
         if self.tensorboard is not None:
             for key, value in clean.items():
                 self.tensorboard.add_scalar(key, value, iteration)

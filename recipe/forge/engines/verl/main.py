@@ -27,8 +27,13 @@ recipe/forge/main_forge.py dispatches here. :func:`run_verl`
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import threading
 import time
+import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,6 +46,9 @@ from recipe.forge.engines.verl.cpu.settings import (add_worker_env, apply_cpu_se
                                                     resolve_device, use_cpu_platform_in_this_process)
 from recipe.forge.engines.verl.agent_loop import AGENT_NAME
 from recipe.forge.engines.verl.async_mode import apply_async_settings
+from recipe.forge.engines.verl.metrics_file import OWN_LOGGERS_KEY
+from recipe.forge.engines.verl.driver_console import MetricsConsole, write_verl_config
+from recipe.forge.engines.verl.quiet import quiet_worker_env
 from recipe.forge.engines.verl.reaper import start_reaper
 from recipe.forge.engines.verl.settings import verl_config
 from recipe.forge.engines.verl.worker_faults import unwrap
@@ -48,9 +56,13 @@ from recipe.forge.runs.console import say
 from recipe.forge.run_config import RunConfig
 from recipe.forge.runs.run_start import StartPlan, finish_line, start_run
 from recipe.forge.runs.run_length import training_tasks
+from recipe.forge.runs.durable import write_text_atomic
 from recipe.forge.runs.torch_files import WORKER_ENV
+from recipe.forge.runs.write_faults import writing
 
-OWN_LOGGERS = ("jsonl",)  # written by the forge trainer, not by a verl Tracking backend
+# served by the forge trainer's metrics writer (metrics.jsonl, TensorBoard in the run folder) and the driver's console
+# line (MetricsConsole), not by verl's Tracking backends
+OWN_LOGGERS = ("jsonl", "console", "tensorboard")
 
 
 def task_rows(env_name: str, seeds: np.ndarray, split: str) -> pd.DataFrame:
@@ -85,10 +97,20 @@ def write_task_files(run: RunConfig, total_training_steps: int | None, out_dir: 
     return paths
 
 
-def verl_loggers(loggers: Any) -> list[str]:
-    """``trainer.logger`` as verl's Tracking backends (``jsonl``, ours, left out), order kept, duplicates dropped."""
+def logger_names(loggers: Any) -> list[str]:
     names = [loggers] if isinstance(loggers, str) else list(loggers or [])
-    return list(dict.fromkeys(str(name) for name in names if str(name) not in OWN_LOGGERS))
+    return list(dict.fromkeys(str(name) for name in names))
+
+
+def verl_loggers(loggers: Any) -> list[str]:
+    """``trainer.logger`` as verl's Tracking backends (ours, :data:`OWN_LOGGERS`, left out), order kept, duplicates
+    dropped."""
+    return [name for name in logger_names(loggers) if name not in OWN_LOGGERS]
+
+
+def own_loggers(loggers: Any) -> list[str]:
+    """The loggers of ``trainer.logger`` that the forge trainer and the driver serve themselves."""
+    return [name for name in logger_names(loggers) if name in OWN_LOGGERS]
 
 
 def idle_reward_workers(cfg: DictConfig) -> list[str]:
@@ -118,8 +140,10 @@ def wired_verl_config(run: RunConfig) -> DictConfig:
     for change in apply_async_settings(cfg, run.verl.mode):
         print(f"[slea-rl] verl {run.verl.mode}: {change}", flush=True)
     if device == "cpu":
-        for change in apply_cpu_settings(cfg):
-            print(f"[slea-rl] verl on the CPU: {change}", flush=True)
+        changed = [change.split(":")[0].removeprefix("actor_rollout_ref.") for change in apply_cpu_settings(cfg)]
+        if changed:
+            print(f"[slea-rl] verl on the CPU: the CPU backend's settings replace the run's {', '.join(changed)} "
+                  "(hf rollout server, FSDP2 on gloo, sdpa, fp32; docs/distributed.md)", flush=True)
     from recipe.forge.hf.model_paths import resolve_model_path
 
     with open_dict(cfg):
@@ -133,8 +157,13 @@ def wired_verl_config(run: RunConfig) -> DictConfig:
         cfg.trainer.use_v1 = True
         cfg.trainer.engine = "verl"
         cfg.trainer.device = device
+        cfg.trainer[OWN_LOGGERS_KEY] = own_loggers(cfg.trainer.get("logger"))
         cfg.trainer.logger = verl_loggers(cfg.trainer.get("logger"))
+        # the task files are a few rows of seeds: read in the trainer's process (verl's loader workers only start
+        # processes, which Ray's shutdown killed with a traceback after a run that succeeded)
+        cfg.data.dataloader_num_workers = 0
         add_worker_env(cfg, WORKER_ENV)  # a resume's shards are read without unpickling code (torch_files.py)
+        add_worker_env(cfg, quiet_worker_env(), keep_given=True)
     return cfg
 
 
@@ -171,12 +200,17 @@ def check_cpu_ranks(cfg: DictConfig, cores: int | None = None) -> None:
 
 
 def check_with_verl(cfg: DictConfig) -> None:
-    """verl's own start-up check (``validate_config``) of the wired config, its refusal as one ConfigError line."""
+    """verl's own start-up check (``validate_config``) of the wired config, its refusal as one ConfigError line. What it
+    prints on the way (that it passed, that ``data.val_batch_size``, which sizes our validation task file, is
+    deprecated in verl's dataloader) is left out."""
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config as verl_validate_config
 
     try:
-        verl_validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # verl's note that it disables the critic; its trainer says it again
+            verl_validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg),
+                                 use_critic=need_critic(cfg))
     except (ValueError, AssertionError) as exc:
         raise ConfigError(f"verl refuses the config: {' '.join(str(exc).split())}") from None
 
@@ -192,7 +226,7 @@ def run_verl(run: RunConfig, plan: StartPlan | None = None) -> None:
         if plan.complete:
             return
         started = time.perf_counter()
-        _run_verl(run)
+        _run_verl(run, plan)
         if not run.trainer.val_only:
             say(finish_line(run.trainer.output_dir, read_history(run.trainer.output_dir), time.perf_counter() - started))
 
@@ -205,22 +239,28 @@ def read_history(folder: str) -> list[dict]:
     return read_metrics(path) if os.path.isfile(path) else []
 
 
-def _run_verl(run: RunConfig) -> None:
+def _run_verl(run: RunConfig, plan: StartPlan) -> None:
     cfg = wired_verl_config(run)
     check_cpu_ranks(cfg)
     if cfg.trainer.device == "cpu":
         use_cpu_platform_in_this_process()
 
     import recipe.forge.engines.verl.plugin  # noqa: F401  registrations in this (driver) process too
-    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+    from verl.trainer.main_ppo import run_ppo
     from verl.utils.device import auto_set_device
+
+    from recipe.forge.engines.verl.task_runner import QuietTaskRunner
 
     auto_set_device(cfg)
     check_with_verl(cfg)
     attach_task_files(run, cfg)
+    write_verl_config(cfg, run.trainer.output_dir)
     start_reaper()
+    console = MetricsConsole(run.trainer.output_dir, after=-1 if plan.done == 0 else plan.done) \
+        if "console" in cfg.trainer[OWN_LOGGERS_KEY] and not run.trainer.val_only else None
     try:
-        run_ppo(cfg, task_runner_class=TaskRunnerV1)
+        with console or contextlib.nullcontext():
+            run_ppo(cfg, task_runner_class=QuietTaskRunner)
     except Exception as exc:  # a WorkerDiedError of the trainer arrives inside the TaskRunner's RayTaskError
         died = unwrap(exc)
         if died is exc:

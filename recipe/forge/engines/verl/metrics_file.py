@@ -19,12 +19,18 @@ from recipe.forge.runs.tracking import MetricsTracker
 from recipe.forge.runs.validation import evaluation_dir
 
 
-def metrics_file_tracker(output_dir: str, resumed_at: int, val_only: bool) -> MetricsTracker:
+OWN_LOGGERS_KEY = "slea_rl_loggers"  # trainer.<key>: the loggers this writer serves (main.py moves them here)
+
+
+def metrics_file_tracker(output_dir: str, resumed_at: int, val_only: bool, trainer: Any = None) -> MetricsTracker:
     """The JSONL writer of a run in ``output_dir`` (``trainer.default_local_dir``) restored at step
-    ``resumed_at`` (0: a fresh start)."""
+    ``resumed_at`` (0: a fresh start); with ``tensorboard`` among ``trainer.slea_rl_loggers``, also TensorBoard in
+    ``<output_dir>/tensorboard`` (its rerun steps purged on a resume, as on the embedded engine). The console line of
+    each iteration is printed by the driver (main.MetricsConsole), without Ray's process prefix."""
+    loggers = [str(name) for name in (trainer.get(OWN_LOGGERS_KEY) or []) if str(name) == "tensorboard"] if trainer else []
     if val_only:
-        return MetricsTracker(evaluation_dir(output_dir, resumed_at), [], "", "")
-    return MetricsTracker(output_dir, [], "", "", resume_after=resumed_at if resumed_at > 0 else None)
+        return MetricsTracker(evaluation_dir(output_dir, resumed_at), loggers, "", "")
+    return MetricsTracker(output_dir, loggers, "", "", resume_after=resumed_at if resumed_at > 0 else None)
 
 
 class MetricsFileTee:

@@ -16,6 +16,8 @@ the agent loop then refuses image observations.
 It allows the restricted unpickler the numpy pieces of verl's saved RNG states (recipe/forge/runs/torch_files.py): the
 run's Ray processes read every torch file with it (``TORCH_FORCE_WEIGHTS_ONLY_LOAD`` in their runtime_env).
 
+It keeps the notes verl logs once per episode to once per process (quiet.each_note_once).
+
 verl swallows errors raised here (and logs them only at DEBUG level), so the tests check in a fresh
 subprocess that every registration really happened. The agent loop and trainer modules import verl
 submodules; by the time verl runs its plugins its own package initialisation is complete.
@@ -36,6 +38,10 @@ register_with_verl()
 from recipe.forge.runs.torch_files import allow_checkpoint_globals  # noqa: E402
 
 allow_checkpoint_globals()
+
+from recipe.forge.engines.verl.quiet import each_note_once  # noqa: E402
+
+each_note_once()
 
 import recipe.forge.engines.verl.agent_loop  # noqa: E402,F401  registers forge_agent
 import recipe.forge.engines.verl.trainer  # noqa: E402,F401  registers trainer mode "forge"

@@ -314,7 +314,7 @@ class ForgeTrainerLogic:
         if hasattr(self, "logger") and not isinstance(self.logger, MetricsFileTee):
             trainer = self.config.trainer
             self.logger = MetricsFileTee(self.logger, metrics_file_tracker(
-                trainer.default_local_dir, self.resumed_at, bool(trainer.get("val_only", False))))
+                trainer.default_local_dir, self.resumed_at, bool(trainer.get("val_only", False)), trainer))
 
     # ------------------------------------------------------------ validation
     def _validate(self) -> dict[str, float]:

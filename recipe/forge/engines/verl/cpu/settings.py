@@ -99,14 +99,15 @@ def apply_cpu_settings(cfg: DictConfig) -> list[str]:
     return changes
 
 
-def add_worker_env(cfg: DictConfig, env_vars: dict[str, str]) -> None:
+def add_worker_env(cfg: DictConfig, env_vars: dict[str, str], keep_given: bool = False) -> None:
     """Set ``env_vars`` in the environment of every Ray process of the run (``ray_kwargs.ray_init.runtime_env``,
-    what verl's ``run_ppo`` passes to ``ray.init``), keeping those already there."""
+    what verl's ``run_ppo`` passes to ``ray.init``), keeping the other variables already there; with ``keep_given``,
+    a variable already there keeps its value too."""
     ray_init = cfg.ray_kwargs.ray_init
     if ray_init.get("runtime_env") is None:
         ray_init.runtime_env = {}
-    given = ray_init.runtime_env.get("env_vars") or {}
-    ray_init.runtime_env.env_vars = {**OmegaConf.to_container(OmegaConf.create(given)), **env_vars}
+    given = OmegaConf.to_container(OmegaConf.create(ray_init.runtime_env.get("env_vars") or {}))
+    ray_init.runtime_env.env_vars = {**env_vars, **given} if keep_given else {**given, **env_vars}
 
 
 def use_cpu_platform_in_this_process() -> None:

@@ -1,4 +1,4 @@
-"""The three places where our plug-ins reach past verl 0.9.1's public API, kept here and nowhere else.
+"""The four places where our plug-ins reach past verl 0.9.1's public API, kept here and nowhere else.
 
 1. verl looks up the in-worker rollout adapter (the object the actor worker pushes weights through) in the
    module-level dict ``verl.workers.rollout.base._ROLLOUT_REGISTRY``; there is no public registration call.
@@ -13,8 +13,12 @@
    sum exactly to L"). Rows of different lengths pack another way and are not affected, so a batch whose rows
    all have one length (a tiny model whose responses all run to the length limit) meets it; it is not
    CPU-specific. :func:`fix_3d_position_ids` repacks such a tensor and does verl's fix otherwise.
+4. verl's ``TaskRunnerV1.run`` prints the whole resolved config with ``pprint``, a global of its function (of
+   ``verl.trainer.main_ppo``, its only use there; in the Ray process, the globals cloudpickle rebuilt for the
+   function, as ``main_ppo.TaskRunnerV1`` names Ray's actor class, not this one): about 1,000 console lines per run.
+   :func:`no_config_dump` makes it print nothing within the block (the driver writes the config to the run folder).
 
-tests/verl_engine/test_cpu_backend.py checks that all three still exist in the installed verl, so an upgrade that
+tests/verl_engine/test_cpu_backend.py checks that all four still exist in the installed verl, so an upgrade that
 moves them fails loudly there instead of at run time.
 """
 
@@ -51,6 +55,20 @@ def unpinned_cpu_offload_policy():
             yield
         finally:
             transformer_impl.CPUOffloadPolicy = original
+
+
+@contextlib.contextmanager
+def no_config_dump(runner_run):
+    """Within the block, the ``pprint`` that verl's TaskRunner ``run`` function (``runner_run``) dumps its config with
+    prints nothing (hook 4)."""
+    scope = runner_run.__globals__
+    with _PATCH_LOCK:
+        original = scope["pprint"]
+        scope["pprint"] = lambda *args, **kwargs: None
+        try:
+            yield
+        finally:
+            scope["pprint"] = original
 
 
 def fix_3d_position_ids(data) -> None:

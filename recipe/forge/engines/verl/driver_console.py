@@ -1,0 +1,69 @@
+"""What the verl engine's driver shows of a run: the config verl runs with, written to the run folder (verl's
+runner would print it, about 1,000 lines), and one short console line per iteration, read from the metrics file the
+forge trainer writes in a Ray process, as the embedded engine prints it (docs/distributed.md, "What a run prints")."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from recipe.forge.runs.console import say
+from recipe.forge.runs.durable import write_text_atomic
+from recipe.forge.runs.tracking import console_line, read_metrics
+from recipe.forge.runs.write_faults import writing
+
+
+def write_verl_config(cfg: DictConfig, folder: str) -> Path:
+    """The config verl runs with, resolved where it can be, as ``<folder>/verl_config.yaml`` (verl's runner would
+    print it to the console)."""
+    path = Path(folder) / "verl_config.yaml"
+    try:
+        text = OmegaConf.to_yaml(cfg, resolve=True)
+    except Exception:  # an interpolation only the workers can resolve: written as it is
+        text = OmegaConf.to_yaml(cfg)
+    with writing("verl's config", path):
+        write_text_atomic(path, text)
+    return path
+
+
+class MetricsConsole:
+    """The driver's console line per iteration on the verl engine: a thread reads the metrics file the forge trainer
+    writes (in a Ray process, whose own prints come with Ray's prefix) and prints each new iteration's short line
+    (tracking.console_line), as the embedded engine does; ``after``: the last iteration already shown (a resume's
+    restored step; -1 on a fresh start, so a validation before training shows as iteration 0)."""
+
+    def __init__(self, folder: str, after: int, every_s: float = 1.0):
+        self.path = Path(folder) / "metrics.jsonl"
+        self.shown = after
+        self.every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="slea-rl-metrics-console", daemon=True)
+
+    def __enter__(self) -> "MetricsConsole":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.show_new()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.show_new()
+
+    def show_new(self) -> None:
+        """Print the lines of the iterations logged since the last call."""
+        if not self.path.is_file():
+            return
+        with warnings.catch_warnings():  # a line being appended right now is read whole next time
+            warnings.simplefilter("ignore")
+            records = read_metrics(self.path)
+        for record in records:
+            iteration = record.get("iteration")
+            if isinstance(iteration, (int, float)) and iteration > self.shown:
+                say(console_line(int(iteration), record), prefix="")
+                self.shown = int(iteration)
