@@ -308,3 +308,21 @@ def test_distribution_metrics_of_two_workers():
     metrics = distribution_metrics([moved, *rows[1:]])
     assert metrics["forge/task_groups_split"] == 1.0 and metrics["forge/rollout_servers_seen"] == 1.0
     assert metrics["forge/library_versions_seen"] == 2.0
+
+
+def test_the_config_verl_runs_with_is_written_without_resolving_the_environment_or_keeping_secrets(tmp_path,
+                                                                                                    monkeypatch):
+    import yaml
+    from omegaconf import OmegaConf
+
+    from recipe.forge.engines.verl.driver_console import write_verl_config
+
+    monkeypatch.setenv("SLEA_RL_TEST_SECRET", "s3cret-from-env")
+    cfg = OmegaConf.create({"trainer": {"api": {"api_key": "s3cret-inline", "api_key_env": "OPENAI_API_KEY",
+                                                "base_url": "https://user:pw@example.org/v1"},
+                                        "note": "${oc.env:SLEA_RL_TEST_SECRET}", "steps": 4, "twice": "${.steps}"}})
+    text = write_verl_config(cfg, str(tmp_path)).read_text()
+    assert "s3cret" not in text and "pw@" not in text
+    written = yaml.safe_load(text)["trainer"]
+    assert written["note"] == "${oc.env:SLEA_RL_TEST_SECRET}" and written["api"]["api_key_env"] == "OPENAI_API_KEY"
+    assert written["api"]["base_url"].endswith("@example.org/v1") and written["steps"] == 4

@@ -205,11 +205,12 @@ def safe_overrides(run: str | os.PathLike | None, given: list[str] = ()) -> Reco
     return RecordedOverrides(record, taken, left_out)
 
 
-def _redacted(value: Any, key: str = "") -> Any:
+def redacted(value: Any, key: str = "") -> Any:
+    """``value`` (a config as plain containers) with credential values and URL user info replaced by REDACTED."""
     if isinstance(value, dict):
-        return {k: _redacted(v, str(k)) for k, v in value.items()}
+        return {k: redacted(v, str(k)) for k, v in value.items()}
     if isinstance(value, list):
-        return [_redacted(v, key) for v in value]
+        return [redacted(v, key) for v in value]
     if isinstance(value, str):
         if is_credential(key):
             return REDACTED
@@ -227,4 +228,4 @@ def recorded_config(run: str | os.PathLike) -> tuple[dict[str, Any] | None, Path
     config = read_record(record / "config.yaml")
     if not isinstance(config, dict):
         raise RecordError(f"{record / 'config.yaml'} is not a mapping: not a Hydra record")
-    return _redacted(config), record / "config.yaml"
+    return redacted(config), record / "config.yaml"

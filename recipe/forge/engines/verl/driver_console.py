@@ -12,18 +12,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from recipe.forge.runs.console import say
 from recipe.forge.runs.durable import write_text_atomic
+from recipe.forge.runs.records import redacted
 from recipe.forge.runs.tracking import console_line, read_metrics
 from recipe.forge.runs.write_faults import writing
 
 
 def write_verl_config(cfg: DictConfig, folder: str) -> Path:
-    """The config verl runs with, resolved where it can be, as ``<folder>/verl_config.yaml`` (verl's runner would
-    print it to the console)."""
+    """The config verl runs with as ``<folder>/verl_config.yaml`` (verl's runner would print it to the console): as
+    Hydra records a config, interpolations such as ``${oc.env:NAME}`` kept as written (never resolved: the file may
+    be handed on with the run), credential values and URL user info redacted (runs/records.py)."""
     path = Path(folder) / "verl_config.yaml"
-    try:
-        text = OmegaConf.to_yaml(cfg, resolve=True)
-    except Exception:  # an interpolation only the workers can resolve: written as it is
-        text = OmegaConf.to_yaml(cfg)
+    text = OmegaConf.to_yaml(OmegaConf.create(redacted(OmegaConf.to_container(cfg, resolve=False))))
     with writing("verl's config", path):
         write_text_atomic(path, text)
     return path
