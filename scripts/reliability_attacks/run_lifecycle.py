@@ -8,14 +8,22 @@ trainers started from Python on a folder another run holds.
   a second ``fit()`` from another thread of a process that holds it. ``runs_in_parallel`` counts those that were
   not refused before writing anything.
 
+* attack_finished_folder_rerun: a finished run's folder (a prompt-only run of one iteration, its checkpoint and
+  metrics) gets a second run, on a fresh copy each time: the same command, the same with
+  ``trainer.resume_mode=disable`` and the same with one more iteration. ``earlier_files_lost`` counts files of the
+  finished run (checkpoint, metrics line) no longer found byte for byte, in the folder or moved under
+  ``earlier_runs/``; ``second_runs_unsaid`` the second runs whose first line did not say what happened to it.
+
 all_caught condition: see ATTACKS; before the fixes: exit 0 with every reply malformed; the trainers ran on the
-held folder (two fits interleaved metrics lines 1,1,2,2,...).
+held folder (two fits interleaved metrics lines 1,1,2,2,...); a second run started at iteration 0 and replaced the
+finished run's checkpoint and metrics without a word.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import shutil
 import signal
 import subprocess
 import sys
@@ -106,10 +114,50 @@ def attack_trainer_lock(quick: bool) -> dict:
     return counts
 
 
+def attack_finished_folder_rerun(quick: bool) -> dict:
+    from agent_system.testing.chat_stub import ChatStub
+    from agent_system.testing.threaded_server import ThreadedServer
+    from recipe.forge.main_forge import run
+    from recipe.forge.testing.received import tiny_api_run
+
+    def files(folder: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+                if p.is_file() and (p.name == "metrics.jsonl" or "global_step_" in str(p.relative_to(folder)))}
+
+    counts = {"second_runs": 0, "second_runs_unsaid": 0, "earlier_files_lost": 0}
+    seconds = (([], "is complete"), (["trainer.resume_mode=disable"], "held an earlier run"),
+               (["trainer.total_training_steps=2"], "resuming from"))
+    with tempfile.TemporaryDirectory() as tmp, ThreadedServer(ChatStub(lambda: "ok"), log_level="critical") as s:
+        finished = Path(tmp) / "finished"
+        with contextlib.redirect_stdout(io.StringIO()):
+            run(compose_shipped(tiny_api_run(finished, f"{s.base_url}/v1")))
+        earlier = files(finished)
+        for number, (extra, said) in enumerate(seconds):
+            out = Path(tmp) / f"second_{number}"
+            shutil.copytree(finished, out)
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                run(compose_shipped(tiny_api_run(out, f"{s.base_url}/v1", *extra)))
+            counts["second_runs"] += 1
+            counts["second_runs_unsaid"] += said not in printed.getvalue().splitlines()[0]
+            moved = [files(folder) for folder in sorted(out.glob("earlier_runs/*"))]
+            now = files(out)
+            for name, content in earlier.items():
+                kept = now.get(name) == content or any(m.get(name) == content for m in moved)
+                if name == "metrics.jsonl" and not kept:  # continued: the finished run's lines come first
+                    kept = now.get(name, b"").startswith(content) or any(
+                        m.get(name, b"").startswith(content) for m in moved)
+                counts["earlier_files_lost"] += not kept
+    return counts
+
+
 ATTACKS = [
     Attack(attack_garbage_endpoint, lambda r: r["garbage_said"] == r["garbage_runs"] and r["silent_successes"] == 0,
            {"runs_lost_or_mistaken": ("silent_successes",)}),
     Attack(attack_trainer_lock,
            lambda r: r["lock_trainers_refused"] == r["lock_trainer_attempts"] > 0 and r["runs_in_parallel"] == 0,
            {"runs_lost_or_mistaken": ("runs_in_parallel",)}),
+    Attack(attack_finished_folder_rerun,
+           lambda r: r["second_runs"] == 3 and r["second_runs_unsaid"] == 0 and r["earlier_files_lost"] == 0,
+           {"runs_lost_or_mistaken": ("earlier_files_lost", "second_runs_unsaid")}),
 ]

@@ -75,7 +75,7 @@ def test_issue_35_attacks_are_all_caught(report):
     script SIGKILLed on a fresh machine (quick mode): every attack caught, every total 0."""
     attacks = [a for a in report.ATTACKS if a.name not in ("issue_14_attacks", "issue_23_attacks", "issue_24_attacks")]
     r = report.run_attacks(attacks, quick=True)
-    assert all(r["caught"].values()) and len(r["caught"]) == 10, r
+    assert all(r["caught"].values()) and len(r["caught"]) == 11, r
     assert all(r[f"total_{total}"] == 0 for total in report.TOTALS), r
     assert r["checkpoint_code_attacks"] >= 5 and r["record_attacks"] >= 5 and r["cluster_runs"] == 1, r
 
