@@ -51,6 +51,7 @@ TINY_RUN = [  # a NumberLine run of seconds: 2 tasks x 2 copies, at most 3 steps
     "trainer.logger=[jsonl]", "algorithm.forge.warmup_iterations=0", "algorithm.forge.min_library_size=0",
     "actor_rollout_ref.rollout.response_length=8", "actor_rollout_ref.actor.use_kl_loss=false",
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+    "trainer.n_gpus_per_node=1",  # on the verl engine: one training process, as a CPU runs it
 ]
 
 
