@@ -7,6 +7,7 @@ The verl engine's export is tested on the CPU end-to-end run's checkpoint
 (tests/foundation/test_doc_commands.py)."""
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -59,6 +60,9 @@ def test_a_full_weight_checkpoint_exports_to_a_plain_model_with_the_policys_gree
     out = tmp_path / "export"
     assert export([str(full_checkpoint), "--out", str(out)]) == 0
     assert str(out) in capsys.readouterr().out
+    umask = os.umask(0)
+    os.umask(umask)  # every file as readable as a new file here is (the weights were 0600, as safetensors writes them)
+    assert {p.stat().st_mode & 0o777 for p in out.rglob("*") if p.is_file()} == {0o666 & ~umask}
 
     # the checkpoint's policy loaded the engine's way (as a resume does), into a differently initialised model
     policy = build_policy(PolicyConfig(path="tiny", use_reference=False), model=make_tiny(seed=3), tokenizer=tokenizer)

@@ -106,6 +106,16 @@ def _write_library(payload: dict[str, Any], library: Path, staging: Path) -> Non
     shutil.copyfile(library / FILENAME, staging / "library" / FILENAME)
 
 
+def _usual_modes(folder: Path) -> None:
+    """Give every file under ``folder`` the mode a new file gets here (0o666 less the umask): safetensors writes the
+    weights 0600 (through a private temporary file), which another user sharing the model could not read."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            path.chmod(0o666 & ~umask)
+
+
 def _replace(staging: Path, out: Path) -> None:
     old = out.parent / temp_name(out.name) if out.exists() else None
     if old is not None:
@@ -142,6 +152,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, force: bool = 
             manifest = build_manifest(source, policy, payload, config, config_source)
             manifest["files"] = written_files(staging)
             (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False), encoding="utf-8")
+            _usual_modes(staging)
             _replace(staging, out)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
