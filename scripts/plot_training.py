@@ -6,8 +6,8 @@
     python scripts/plot_training.py SLEA-RL=runs/s/forge_seed0/metrics.jsonl SLEA-RL=runs/s/forge_seed1/metrics.jsonl \
         GRPO=runs/s/grpo_seed0/metrics.jsonl GRPO=runs/s/grpo_seed1/metrics.jsonl -o seeds.png
 
-Panels: success rate and episode reward vs iteration (training rollouts, validation points as markers),
-library size, valid-action ratio. Runs given the same label are seeds of one method: drawn as their mean with a
+Panels: success rate and episode reward vs iteration (training rollouts; validation points as markers, filled
+with the library, hollow squares for forge's pass without it), library size, valid-action ratio. Runs given the same label are seeds of one method: drawn as their mean with a
 band from the lowest to the highest seed (validation: mean with a min-max bar), over the iterations every seed
 reached. ``--max-iteration`` cuts every run at the same budget. ``--summary`` also writes the plotted series as
 JSON (per label and key, iteration -> value; for seeds the mean, and the band under ``<key>/min``, ``<key>/max``).
@@ -21,12 +21,16 @@ from pathlib import Path
 
 from recipe.forge.runs.tracking import read_metrics
 
-PANELS = [
-    ("success_rate", "val/success_rate", "success rate"),
-    ("episode_reward/mean", "val/episode_reward/mean", "episode reward (mean)"),
+PANELS = [  # (training key, the metric validations log or None, title)
+    ("success_rate", "success_rate", "success rate"),
+    ("episode_reward/mean", "episode_reward/mean", "episode reward (mean)"),
     ("forge/library_total_size", None, "library size (entries)"),
-    ("valid_action_ratio", "val/valid_action_ratio", "valid-action ratio"),
+    ("valid_action_ratio", "valid_action_ratio", "valid-action ratio"),
 ]
+# the validation passes: with the library (a baseline's only pass), and forge's pass of the same tasks without it
+# (key prefix, legend, marker, face, size): the hollow square frames the circle where both passes scored the same
+VALIDATIONS = (("val/", "validation", "o", None, 8),
+               ("val_no_library/", "validation without the library", "s", "none", 12))
 
 
 def load_run(path: str | Path, max_iteration: int | None = None) -> list[dict]:
@@ -91,7 +95,7 @@ def plot(runs: list[tuple[str, str]], output: str | Path, max_iteration: int | N
     for run_index, (label, paths) in enumerate(group_by_label(runs).items()):
         runs_rows = [load_run(path, max_iteration) for path in paths]
         summary[label] = {}
-        for ax, (key, val_key, name) in zip(axes.flat, PANELS):
+        for ax, (key, val_metric, name) in zip(axes.flat, PANELS):
             x, mean, low, high = seed_band(runs_rows, key)
             colour = None
             if x:
@@ -102,12 +106,15 @@ def plot(runs: list[tuple[str, str]], output: str | Path, max_iteration: int | N
                 if len(paths) > 1:
                     ax.fill_between(x, low, high, color=colour, alpha=0.2, linewidth=0)
                     summary[label][f"{key}/min"], summary[label][f"{key}/max"] = dict(zip(x, low)), dict(zip(x, high))
-            if val_key:
+            for prefix, what, marker, face, size in VALIDATIONS if val_metric else ():
+                val_key = prefix + val_metric
                 vx, vmean, vlow, vhigh = seed_band(runs_rows, val_key)
                 if vx:
                     bars = [[m - lo for m, lo in zip(vmean, vlow)], [hi - m for m, hi in zip(vmean, vhigh)]]
-                    ax.errorbar(vx, vmean, yerr=bars if len(paths) > 1 else None, fmt="o", color=colour,
-                                markersize=8, alpha=0.8, capsize=4, label=f"{label} (validation)")
+                    points = ax.errorbar(vx, vmean, yerr=bars if len(paths) > 1 else None, fmt=marker, color=colour,
+                                         markersize=size, alpha=0.8, capsize=4, label=f"{label} ({what})",
+                                         markerfacecolor=face)
+                    colour = colour or points.lines[0].get_color()
                     summary[label][val_key] = dict(zip(vx, vmean))
                     if len(paths) > 1:
                         summary[label][f"{val_key}/min"] = dict(zip(vx, vlow))

@@ -38,3 +38,13 @@ def test_seeds_of_one_label_give_mean_and_band_over_common_iterations(plotter, t
     assert summary["S"]["success_rate"] == pytest.approx({1: 0.25, 2: 0.375, 3: 0.75})
     one = plotter.plot([("G", single)], out)["G"]
     assert one == {"success_rate": {1: 0.125}}  # one run: no band keys
+
+
+def test_validation_without_the_library_is_drawn_beside_the_one_with_it(plotter, tmp_path):
+    run = write(tmp_path / "f.jsonl", [{"iteration": 1, "success_rate": 0.25},
+                                       {"iteration": 2, "success_rate": 0.5, "val/success_rate": 0.75,
+                                        "val_no_library/success_rate": 0.5, "val/valid_action_ratio": 1.0}])
+    summary = plotter.plot([("SLEA-RL", run)], tmp_path / "plot.png")["SLEA-RL"]
+    assert summary["val/success_rate"] == {2: 0.75} and summary["val_no_library/success_rate"] == {2: 0.5}
+    assert summary["val/valid_action_ratio"] == {2: 1.0} and "val_no_library/valid_action_ratio" not in summary
+
