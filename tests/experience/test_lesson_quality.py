@@ -288,7 +288,7 @@ def test_the_viewer_shows_each_entrys_verdict_and_counts_per_level(cfg, tmp_path
     assert "### example (2; right 1, wrong 1, not checkable 0)" in markdown
     assert '| 0 | 2 | 1 | 0 | - | - | - | right | At "A", answer with &lt;action&gt;+&lt;/action&gt;. |' in markdown  # no raw tag
     page = out_html.read_text()
-    assert "<td>wrong</td><td>At &quot;B&quot;, do not answer with the action &quot;-&quot; &lt;b&gt;</td>" in page
+    assert "<td>wrong</td><td class='text'>At &quot;B&quot;, do not answer with the action &quot;-&quot; &lt;b&gt;</td>" in page
     assert "<h3>principle (1; right 0, wrong 0, not checkable 1)</h3>" in page
     assert viewer_main([str(tmp_path / "ck"), "--top", "1"]) == 0  # the counts cover the whole level
     assert "-- example (1 shown; right 1, wrong 1, not checkable 0) --" in capsys.readouterr().out

@@ -177,7 +177,8 @@ def test_the_viewer_shows_the_rates_and_their_difference(hand_worked, tmp_path, 
     assert "| 1/2 (50%) | 1/1 (100%) | -50 pp | not checkable | Lesson linked to the fridge. |" in markdown
     page = out_html.read_text()
     assert "<th>shown</th><th>same clusters, not shown</th><th>difference</th>" in page
-    assert "<td>0/1 (0%)</td><td>2/2 (100%)</td><td>-100 pp</td>" in page
+    assert ("<td class='number'>0/1 (0%)</td><td class='number'>2/2 (100%)</td><td class='number'>-100 pp</td>"
+            in page)
 
 
 def test_the_diff_shows_the_outcomes_of_the_listed_entries(hand_worked, tmp_path, capsys):

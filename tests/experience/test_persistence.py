@@ -1,5 +1,6 @@
 """Checkpoints: round trip, exact resume, damaged files, crash safety under SIGKILL, the viewer CLI."""
 
+import html
 import json
 import os
 import signal
@@ -209,6 +210,13 @@ def test_viewer_prints_and_exports(cfg, tmp_path, iterate, capsys):
             assert [r["score"] for r in rows] == sorted((r["score"] for r in rows), reverse=True)
     some = next(iter(system.library.all_entries()))
     assert markdown_text(some.text) in out_md.read_text() and "<table" in out_html.read_text()
+    # both exports list the most used clusters, as the console does; the page carries its own style
+    busiest = view["clusters"]["busiest"]
+    assert busiest and all(f"| {b['cluster_id']} | {b['uses']} | {b['linked_entries']} |" in out_md.read_text()
+                           for b in busiest)
+    page = out_html.read_text()
+    assert "<style>" in page and page.count("<tr><td class='number'>") == len(busiest)
+    assert all(html.escape(b["prototype"]) in page for b in busiest)
     assert viewer_main([str(tmp_path / "ck"), "--zone", "warning", "--top", "1"]) == 0
     one_zone = capsys.readouterr().out
     assert "== golden ==" not in one_zone and one_zone.count("    #") == sum(

@@ -134,6 +134,13 @@ def as_markdown(view: dict[str, Any]) -> str:
     c = view["clusters"]
     out += ["## Clusters", "", f"{c['count']} clusters, {c['evicted']} evicted, mean uses {c['uses_mean']:.2f}, "
             f"singleton share {c['singleton_share']:.1%}, {c['with_experiences']} with experiences.", ""]
+    if c["busiest"]:
+        out += [f"The {len(c['busiest'])} most used:", "", "| cluster | uses | linked entries | observation |",
+                "|---:|---:|---:|---|"]
+        out += [f"| {markdown_text(str(b['cluster_id']))} | {markdown_text(str(b['uses']))} | {b['linked_entries']} | "
+                f"{markdown_text(_short(str(b['prototype'])))} |"
+                for b in c["busiest"]]
+        out.append("")
     return "\n".join(out)
 
 
@@ -143,25 +150,42 @@ def entry_anchor(entry_id: object) -> str:
     return f"entry-{int(entry_id)}"
 
 
+STYLE = """body{font-family:sans-serif;margin:1em;max-width:100em}table{border-collapse:collapse;margin-bottom:1em}
+td,th{border:1px solid #999;padding:4px 6px;vertical-align:top;text-align:left}th{background:#eee}
+td.number{text-align:right;white-space:nowrap}td.text{white-space:pre-wrap;word-break:break-word}
+h2.zone-golden{color:#960}h2.zone-warning{color:#a00}tr:target{background:#ffd}"""
+
+
 def as_html(view: dict[str, Any]) -> str:
+    """The library as one self-contained page (inline style, nothing fetched), every text HTML-escaped."""
     esc = html.escape
-    parts = [f"<html><head><meta charset='utf-8'><title>Experience library</title></head><body>"
-             f"<h1>Experience library (iteration {view['iteration']}, version {view['version']})</h1>"]
+    parts = [f"<html><head><meta charset='utf-8'><title>Experience library</title><style>{STYLE}</style></head>"
+             f"<body><h1>Experience library (iteration {view['iteration']}, version {view['version']})</h1>"]
     for zone, levels in view["zones"].items():
-        parts.append(f"<h2>{esc(zone)} zone</h2>")
+        parts.append(f"<h2 class='zone-{esc(zone)}'>{esc(zone)} zone</h2>")
         for level, rows in levels.items():
             counts = esc(verdict_counts(view["verdicts"][zone][level]))
             outcome_heads = "".join(f"<th>{esc(name)}</th>" for name in OUTCOME_COLUMNS)
-            parts.append(f"<h3>{esc(level)} ({len(rows)}; {counts})</h3><table border='1'><tr><th>id</th>"
+            parts.append(f"<h3>{esc(level)} ({len(rows)}; {counts})</h3><table><tr><th>id</th>"
                          f"<th>score</th><th>support</th><th>retrieved</th>{outcome_heads}<th>verdict</th>"
                          "<th>text</th></tr>")
-            parts += [f"<tr id='{entry_anchor(e['entry_id'])}'><td>{e['entry_id']}</td><td>{e['score']:.3g}</td><td>{e['support']}</td>"
-                      f"<td>{e['retrieval_count']}</td>"
-                      + "".join(f"<td>{esc(cell)}</td>" for cell in outcome_cells(e["outcomes"]))
-                      + f"<td>{esc(e['verdict'] + status_note(e))}</td><td>{esc(e['text'])}</td></tr>"
+            parts += [f"<tr id='{entry_anchor(e['entry_id'])}'><td class='number'>{e['entry_id']}</td>"
+                      f"<td class='number'>{e['score']:.3g}</td><td class='number'>{e['support']}</td>"
+                      f"<td class='number'>{e['retrieval_count']}</td>"
+                      + "".join(f"<td class='number'>{esc(cell)}</td>" for cell in outcome_cells(e["outcomes"]))
+                      + f"<td>{esc(e['verdict'] + status_note(e))}</td><td class='text'>{esc(e['text'])}</td></tr>"
                       for e in rows]
             parts.append("</table>")
     c = view["clusters"]
     parts.append(f"<h2>Clusters</h2><p>{c['count']} clusters, {c['evicted']} evicted, mean uses "
-                 f"{c['uses_mean']:.2f}, singleton share {c['singleton_share']:.1%}.</p></body></html>")
+                 f"{c['uses_mean']:.2f}, singleton share {c['singleton_share']:.1%}, {c['with_experiences']} with "
+                 "experiences.</p>")
+    if c["busiest"]:
+        parts.append(f"<p>The {len(c['busiest'])} most used:</p><table><tr><th>cluster</th><th>uses</th>"
+                     "<th>linked entries</th><th>observation</th></tr>")
+        parts += [f"<tr><td class='number'>{esc(str(b['cluster_id']))}</td>"
+                  f"<td class='number'>{esc(str(b['uses']))}</td><td class='number'>{b['linked_entries']}</td>"
+                  f"<td class='text'>{esc(str(b['prototype']))}</td></tr>" for b in c["busiest"]]
+        parts.append("</table>")
+    parts.append("</body></html>")
     return "".join(parts)
