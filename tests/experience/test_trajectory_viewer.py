@@ -7,6 +7,7 @@ Chromium nothing runs, no console message, the page is not blank and a filter pr
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.timeout(300)
 SCRIPT = '<script>console.log("PWNED-1")</script>'
 IMG = '<img src=x onerror="console.log(\'PWNED-2\')">'
 HEADERS = ["pass", "iteration", "task", "episode", "turn", "observation", "experiences shown", "response",
-           "action", "valid", "reward", "advantage", "outcome"]
+           "action", "valid", "reward", "outcome"]  # no advantage column: the dumps record none
 
 
 class Page(HTMLParser):
@@ -110,14 +111,16 @@ def test_one_row_per_step_with_what_the_episodes_hold(run, rendered):
     expected = []
     for (name, iteration), trajectories in passes.items():
         for t in trajectories:
-            for s in t.steps:
+            for n, s in enumerate(t.steps):
                 expected.append({"pass": name, "iteration": str(iteration), "task": t.task, "episode": t.traj_uid,
                                  "turn": str(s.step), "observation": s.anchor_obs, "response": s.response_text,
                                  "action": s.action, "valid": "yes" if s.is_action_valid else "no",
-                                 "reward": f"{s.reward:.4g}", "advantage": "",
-                                 "outcome": "success" if t.success else "failure"})
+                                 "reward": f"{s.reward:.4g}", "outcome": "success" if t.success else "failure",
+                                 "first": n == 0})
     got = [{k: v for k, v in zip(HEADERS, row["cells"]) if k != "experiences shown"} for row in page.rows]
-    assert got == expected
+    # the task is shown on an episode's first row only
+    assert got == [{k: (v if k != "task" or want["first"] else "") for k, v in want.items() if k != "first"}
+                   for want in expected]
     for row, want in zip(page.rows, expected):  # the filters compare these
         assert {k: row["attrs"][f"data-{k}"] for k in ("task", "outcome", "pass", "iteration")} == \
             {k: want[k] for k in ("task", "outcome", "pass", "iteration")}
@@ -190,3 +193,16 @@ def test_the_page_in_chromium_runs_nothing_from_the_model_and_filters(rendered, 
     shown = [row["cells"][HEADERS.index("episode")] for row in parse(dom).rows if "hidden" not in row["attrs"]]
     assert shown == ["t1", "t1"]
     assert ">2</span> of 5 steps shown" in dom
+
+
+def test_a_dump_that_records_advantages_gets_the_column(run, tmp_path):
+    folder = tmp_path / "rollouts"
+    shutil.copytree(run[0], folder)
+    for path in folder.rglob("*.jsonl"):
+        path.write_text("".join(json.dumps({**json.loads(line), "advantage": 0.5}) + "\n"
+                                for line in path.read_text().splitlines()))
+    assert main([str(folder), "--out", str(tmp_path / "out")]) == 0
+    page = parse((tmp_path / "out" / "trajectories.html").read_text(encoding="utf-8"))
+    assert page.rows and all(row["cells"][-2] == "0.5" for row in page.rows)
+    assert "| reward | advantage | outcome |" in (tmp_path / "out" / "trajectories.md").read_text(encoding="utf-8")
+

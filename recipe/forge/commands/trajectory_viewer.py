@@ -1,11 +1,12 @@
 """``slea-rl-trajectories``: the steps a run dumped (``trainer.rollout_data_dir``, recipe/forge/engines/local/
 rollout_dump.py) as one static HTML page and one Markdown file, one row per step: the observation, the
 experiences shown (text, zone, level, entry id), the response, the parsed action, validity, reward and
-advantage (where the dump has one), with filters by task, outcome, pass and iteration.
+advantage (a column only where the dump has one), with filters by task, outcome, pass and iteration; an
+episode's task is shown on its first row.
 
     slea-rl-trajectories runs/slea_rl/forge_numberline/rollouts --out trajectories
-    slea-rl-trajectories rollouts --out trajectories --library runs/.../global_step_20/library
-    slea-rl-trajectories runs/slea_rl/forge_numberline/eval/global_step_20/trajectories --out eval_page  # slea-rl eval's
+    slea-rl-trajectories rollouts --out trajectories --library runs/.../global_step_16/library
+    slea-rl-trajectories runs/slea_rl/forge_numberline/eval/global_step_16/trajectories --out eval_page  # slea-rl eval's
 
 With ``--library`` the checkpoint's library is written next to the page (``library.html``, the library
 viewer's HTML export) and every entry id links to its row there. The page is self-contained (inline style and
@@ -145,6 +146,17 @@ def _experiences_html(experiences: list[dict[str, Any]], linked: set[str]) -> st
     return f"<ul>{''.join(items)}</ul>" if items else ""
 
 
+def has_advantage(rows: list[dict[str, Any]]) -> bool:
+    """Whether any step has an advantage (the rollout dumps record none; a dump that does gets the column)."""
+    return any(r["advantage"] is not None for r in rows)
+
+
+def episode_starts(rows: list[dict[str, Any]]) -> list[bool]:
+    """For each row, whether it is the first of its episode's rows (its task is shown there only)."""
+    keys = [(r["pass"], r["iteration"], r["traj_uid"]) for r in rows]
+    return [n == 0 or key != keys[n - 1] for n, key in enumerate(keys)]
+
+
 def as_html(rows: list[dict[str, Any]], library_ids: set[str] | None = None) -> str:
     """The page: the filters, then one table row per step (``data-task``, ``data-outcome``, ``data-pass`` and
     ``data-iteration`` hold what the filters compare); the entry ids in ``library_ids`` (the entries on
@@ -161,16 +173,18 @@ def as_html(rows: list[dict[str, Any]], library_ids: set[str] | None = None) -> 
              f"</p><p><span id='shown'>{len(rows)}</span> of {len(rows)} steps shown.</p>",
              "<table><tr><th>pass</th><th>iteration</th><th>task</th><th>episode</th><th>turn</th>"
              "<th>observation</th><th>experiences shown</th><th>response</th><th>action</th><th>valid</th>"
-             "<th>reward</th><th>advantage</th><th>outcome</th></tr>"]
-    for r in rows:
+             f"<th>reward</th>{'<th>advantage</th>' if has_advantage(rows) else ''}<th>outcome</th></tr>"]
+    advantage = has_advantage(rows)
+    for r, first in zip(rows, episode_starts(rows)):
+        advantage_cell = f"<td>{_number(r['advantage'])}</td>" if advantage else ""
         parts.append(
             f"<tr class='step {_outcome(r)}' data-task='{esc(r['task'])}' data-outcome='{_outcome(r)}' "
             f"data-pass='{r['pass']}' data-iteration='{r['iteration']}'><td>{r['pass']}</td>"
-            f"<td>{r['iteration']}</td><td>{esc(r['task'])}</td><td>{esc(r['traj_uid'])}</td><td>{r['turn']}</td>"
-            f"<td><pre>{esc(r['observation'])}</pre></td><td>{_experiences_html(r['experiences'], linked)}"
-            f"</td><td><pre>{esc(r['output'])}</pre></td><td><pre>{esc(r['action'])}</pre></td>"
-            f"<td>{'yes' if r['valid'] else 'no'}</td><td>{_number(r['score'])}</td>"
-            f"<td>{_number(r['advantage'])}</td><td class='outcome'>{_outcome(r)}</td></tr>")
+            f"<td>{r['iteration']}</td><td>{esc(r['task']) if first else ''}</td><td>{esc(r['traj_uid'])}</td>"
+            f"<td>{r['turn']}</td><td><pre>{esc(r['observation'])}</pre></td>"
+            f"<td>{_experiences_html(r['experiences'], linked)}</td><td><pre>{esc(r['output'])}</pre></td>"
+            f"<td><pre>{esc(r['action'])}</pre></td><td>{'yes' if r['valid'] else 'no'}</td>"
+            f"<td>{_number(r['score'])}</td>{advantage_cell}<td class='outcome'>{_outcome(r)}</td></tr>")
     parts.append(f"</table><script>{SCRIPT}</script></body></html>")
     return "".join(parts)
 
@@ -183,18 +197,21 @@ def _cell(text: str) -> str:
 def as_markdown(rows: list[dict[str, Any]]) -> str:
     """A section per pass and iteration, one table row per step; every text through ``markdown_text``."""
     out = ["# Trajectories", ""]
-    header = ["| episode | turn | observation | experiences shown | response | action | valid | reward | advantage "
-              "| outcome |", "|---|---:|---|---|---|---|---|---:|---:|---|"]
+    advantage = has_advantage(rows)
+    header = [f"| episode | turn | observation | experiences shown | response | action | valid | reward | "
+              f"{'advantage | ' if advantage else ''}outcome |",
+              f"|---|---:|---|---|---|---|---|---:|{'---:|' if advantage else ''}---|"]
     section = None
-    for r in rows:
+    for r, first in zip(rows, episode_starts(rows)):
         if (r["pass"], r["iteration"]) != section:
             section = (r["pass"], r["iteration"])
             out += ["", f"## {r['pass']}, iteration {r['iteration']}", "", *header]
         shown = "; ".join(f"[{e['id']}] {e['zone'] or '?'}/{e['level'] or '?'}: {e['text'] or '(no longer held)'}"
                           for e in r["experiences"])
-        out.append(f"| {_cell(r['traj_uid'])} ({_cell(r['task'])}) | {r['turn']} | {_cell(r['observation'])} | "
+        episode = f"{_cell(r['traj_uid'])} ({_cell(r['task'])})" if first else _cell(r["traj_uid"])
+        out.append(f"| {episode} | {r['turn']} | {_cell(r['observation'])} | "
                    f"{_cell(shown)} | {_cell(r['output'])} | {_cell(r['action'])} | {'yes' if r['valid'] else 'no'} | "
-                   f"{_number(r['score'])} | {_number(r['advantage'])} | {_outcome(r)} |")
+                   f"{_number(r['score'])} | {_number(r['advantage']) + ' | ' if advantage else ''}{_outcome(r)} |")
     return "\n".join(out) + "\n"
 
 
