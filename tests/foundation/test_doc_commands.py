@@ -8,9 +8,9 @@ training commands (``slea-rl ...``) compose their config and pass every start-up
 e.g. tests/local_engine/test_evaluate.py for ``trainer.val_only``); run scripts with extra overrides (and
 ``VAR=value`` settings before them, which the script's ``${VAR:-default}`` take) go through
 scripts/check_examples.py with those overrides appended; the viewer,
-the export, the plotting script, the tiny VLM builder and TensorBoard run for real on a run folder built here (a
-library evolved from scripted NumberLine episodes and their rollout dumps, the main job's recorded metrics, a
-TensorBoard event file).
+the export, the plotting script, the tiny VLM builder and TensorBoard run for real on the run folder of a main job
+run here (a tiny model in SmolLM2's place), and the page's listings of checkpoints and rollout dumps are held to
+what that run wrote.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = ("docs/coming_from_verl_agent.md", "docs/outputs.md", "docs/environments.md")
 RUN = "runs/slea_rl/forge_numberline"
+LAST = 16  # the main job's iterations: its last checkpoint
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
 OUR_COMMAND = re.compile(r"^(slea-rl|python -m recipe\.|python scripts/|bash (examples|scripts)/)", re.M)
 
@@ -64,46 +65,26 @@ def check_examples(load_script):
 
 @pytest.fixture(scope="module")
 def run_folder(tmp_path_factory):
-    """A run folder like the main job's: a checkpoint library evolved from real NumberLine episodes (a random
-    scripted policy, so both zones fill), the main job's recorded metrics and a TensorBoard event file."""
+    """The main job's run folder, written by the main job itself (``+experiment=main_job`` with the rollout dumps
+    the page's command adds), a tiny Llama taught the answer format in place of SmolLM2 so that its 16 iterations
+    take seconds: checkpoints, library copy, rollout dumps, metrics and TensorBoard under the names a user's run
+    gives them."""
     from hydra import compose, initialize_config_dir
 
-    from agent_system.environments import make_envs
-    from agent_system.multi_turn_rollout.protocols import SamplingParams
-    from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
-    from agent_system.testing.policies import RandomGenerator
-    from recipe.forge.runs.checkpoint import save_checkpoint
-    from recipe.forge.runs.rollout_dump import RolloutDump, chat_prompt, shown_entries
-    from recipe.forge.runs.tracking import MetricsTracker
-    from recipe.forge.experience import ExperienceSystem
-    from recipe.forge.main_forge import validate
+    from recipe.forge.hf.tiny import save_tiny_model_dir
+    from recipe.forge.main_forge import run
 
     base = tmp_path_factory.mktemp("cwd")
+    model = save_tiny_model_dir(tmp_path_factory.mktemp("tiny_answering"))
+    folder = base / RUN
     with initialize_config_dir(config_dir=str(ROOT / "recipe/forge/config"), version_base=None):
-        cfg = compose("forge_trainer", overrides=["+experiment=main_job", "algorithm.forge.warmup_iterations=0",
-                                                  "algorithm.forge.min_library_size=0"])
-    train_envs, _ = make_envs(cfg)
-    system = ExperienceSystem.from_algorithm(validate(cfg).algorithm)
-    generator = RandomGenerator(train_envs, seed=0)
-    run = base / RUN
-    dump = RolloutDump(run / "rollouts", chat_prompt)
-    for iteration in range(3):
-        system.begin_iteration(iteration)
-        batch = TrajectoryCollector().collect(train_envs, generator, SamplingParams(),
-                                              experience_provider=system.provider)
-        dump.write(batch.trajectories, iteration + 1, shown_entries(batch.trajectories, system.library))
-        system.evolve(batch.trajectories, iteration)
-    train_envs.close()
-    sizes = {zone: system.library.size(zone) for zone in ("golden", "warning")}
-    assert all(sizes.values()), f"the viewer must have both zones to show, got {sizes}"
-    for iteration in (10, 20):  # complete checkpoints (prompt-only layout: no policy), as resume_path requires
-        save_checkpoint(run, iteration, rng={"sampler": torch.Generator().manual_seed(0)}, experience=system)
-    shutil.copy(ROOT / "docs/results/forge_metrics.jsonl", run / "metrics.jsonl")
-    tracker = MetricsTracker(run / "_events", ["tensorboard"], "slea_rl", "forge_numberline")
-    tracker.log(1, {"success_rate": 0.5})
-    tracker.close()
-    shutil.move(str(run / "_events" / "tensorboard"), str(run / "tensorboard"))
-    shutil.rmtree(run / "_events")
+        cfg = compose("forge_trainer", overrides=[
+            "+experiment=main_job", f"actor_rollout_ref.model.path={model}", f"trainer.default_local_dir={folder}",
+            f"trainer.rollout_data_dir={folder}/rollouts", "trainer.local.progress=false"])
+    run(cfg)
+    library = folder / "global_step_16" / "library" / "experience_library.json"
+    zones = json.loads(library.read_text())["payload"]["library"]["entries"]
+    assert {entry["zone"] for entry in zones} == {"golden", "warning"}, "the viewer must have both zones to show"
     return base
 
 
@@ -125,15 +106,15 @@ def test_documented_command_works(page, command, run_folder, check_examples, loa
     while re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):
         name, value = words.pop(0).split("=", 1)
         settings[name] = value
-    if words[:2] == ["slea-rl", "export"]:  # the fixture's checkpoints are prompt-only: the library and manifest
+    if words[:2] == ["slea-rl", "export"]:
         from recipe.forge.commands.export import main as export
 
         monkeypatch.chdir(run_folder)
         assert export(words[2:]) == 0
         out = run_folder / words[words.index("--out") + 1]
         manifest = json.loads((out / "manifest.json").read_text())
-        assert (manifest["engine"], manifest["policy"]) == ("api", None) and manifest["library"]["entries"] > 0
-        assert (out / "library.md").stat().st_size > 0 and not (out / "config.json").exists()
+        assert (manifest["engine"], manifest["iteration"]) == ("local", LAST) and manifest["library"]["entries"] > 0
+        assert (out / "library.md").stat().st_size > 0 and (out / "config.json").is_file()
     elif words[:2] == ["slea-rl", "eval"]:  # played for real by tests/local_engine/test_eval_command.py
         from recipe.forge.commands.eval.sources import identify
         from recipe.forge.commands.eval.evaluate import load_config, parser
@@ -141,7 +122,7 @@ def test_documented_command_works(page, command, run_folder, check_examples, loa
         monkeypatch.chdir(run_folder)
         args, overrides = parser().parse_known_args(words[2:])
         source = identify(args.checkpoint)
-        assert source.iteration == 20 and source.library_dir is not None
+        assert source.iteration == LAST and source.library_dir is not None
         assert load_config(overrides + ["trainer.api.base_url=http://127.0.0.1:1/v1"], source).data.val_batch_size > 0
     elif words[0] == "slea-rl":
         monkeypatch.chdir(run_folder)  # the run folder the commands name (runs/...) lives here
@@ -191,6 +172,55 @@ def test_documented_command_works(page, command, run_folder, check_examples, loa
         assert proc.returncode == 0 and "success_rate" in proc.stdout, proc.stdout + proc.stderr
     else:
         pytest.fail(f"{page}: no check for the command {command!r}; add one here")
+
+
+def listing(page: str, first_line: str) -> str:
+    """The plain code block of ``page`` that starts with ``first_line``."""
+    [body] = [body for language, body in fenced_blocks(page) if not language and body.startswith(first_line)]
+    return body
+
+
+def test_the_outputs_pages_listings_name_what_the_main_job_wrote(run_folder):
+    """The checkpoints docs/outputs.md names for the main job's folder (listings and commands) are the ones it
+    writes, its last among them; the rollout listing names every dump file of the run; the library copy is the
+    last iteration's; the export listing names what the export writes."""
+    folder = run_folder / RUN
+    written = {int(p.name.removeprefix("global_step_")) for p in folder.glob("global_step_*")}
+    named = {int(k) for _, body in fenced_blocks("docs/outputs.md") for line in body.splitlines()
+             if "forge_alfworld" not in line for k in re.findall(r"global_step_(\d+)", line)}
+    assert LAST in named and named <= written, (named, written)
+
+    dumps = {p.relative_to(folder / "rollouts").as_posix() for p in (folder / "rollouts").rglob("*.jsonl")}
+    shown = listing("docs/outputs.md", f"{RUN}/rollouts/")
+    assert f"1.jsonl ... {LAST}.jsonl" in shown
+    passes = set(re.findall(r"\bval(?:_no_library)?/\d+\.jsonl", shown))
+    assert dumps == {f"{k}.jsonl" for k in range(1, LAST + 1)} | passes, sorted(dumps)
+
+    copy = json.loads((folder / "forge_library" / "experience_library.json").read_text())["payload"]
+    last = json.loads((folder / f"global_step_{LAST}" / "library" / "experience_library.json").read_text())["payload"]
+    assert copy["library"] == last["library"]
+
+    from recipe.forge.commands.export import main as export
+
+    out = run_folder / "export_of_the_listing"
+    assert export([str(folder / f"global_step_{LAST}"), "--out", str(out)]) == 0
+    names = [name for line in listing("docs/outputs.md", "exports/").splitlines()[1:]
+             for name in re.split(r"\s{2,}", line.lstrip("├└─ "))[0].split(", ")]
+    assert len(names) >= 8 and all((out / name).is_file() for name in names), names
+
+
+def test_the_outputs_pages_python_prompts_the_exported_model_as_the_run_did(run_folder):
+    """The page's Python block, run as written in the folder the page's commands run in: it prompts the exported
+    main-job model with a validation step's prompt and prints an action."""
+    from recipe.forge.commands.export import main as export
+
+    out = run_folder / "exports" / f"forge_numberline_{LAST}"
+    if not out.exists():  # the page's export command writes it when it ran first
+        assert export([str(run_folder / RUN / f"global_step_{LAST}"), "--out", str(out)]) == 0
+    [code] = [body for language, body in fenced_blocks("docs/outputs.md") if language == "python"]
+    proc = subprocess.run([sys.executable, "-c", code], cwd=run_folder, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert re.fullmatch(r"<action>.*", proc.stdout.strip()), proc.stdout
 
 
 GPU_PAGE_SCRIPTS = [line for line in commands("docs/gpu_cluster.md") if "bash examples/" in line]
