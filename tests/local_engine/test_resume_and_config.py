@@ -24,9 +24,13 @@ def fit(cfg, tokenizer, make_tiny):
     return trainer, history
 
 
-def test_resume_after_n_iterations_equals_an_uninterrupted_run(tmp_path, tokenizer, make_tiny, compose_cfg,
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_resume_after_n_iterations_equals_an_uninterrupted_run(dtype, tmp_path, tokenizer, make_tiny, compose_cfg,
                                                                run_overrides):
-    common = ["trainer.save_freq=1", "algorithm.forge.library_save_freq=1"]
+    """Parameter for parameter, in fp32 and under bf16 autocast (weights and optimizer fp32), with the shared prompt
+    prefix (the default) and two threads, as the main job runs."""
+    common = ["trainer.save_freq=1", "algorithm.forge.library_save_freq=1", f"trainer.local.compute_dtype={dtype}",
+              "trainer.local.num_threads=2"]
     straight, straight_history = fit(compose_cfg(run_overrides(tmp_path / "a", iterations=3) + common),
                                      tokenizer, make_tiny)
     fit(compose_cfg(run_overrides(tmp_path / "b", iterations=2) + common), tokenizer, make_tiny)
