@@ -69,6 +69,11 @@ def tiny_llama(tmp_path_factory) -> tuple[str, str]:
     return ("--model", save_tiny_model_dir(tmp_path_factory.mktemp("tiny_llama")))
 
 
+def logged_keys(run: Path) -> set[str]:
+    """Every metric name the run's metrics.jsonl holds (the console shows a few; verl's all went there)."""
+    return {key for line in (run / "metrics.jsonl").read_text().splitlines() for key in json.loads(line)}
+
+
 def metrics_lines(out: Path) -> int:
     path = out / "run" / "metrics.jsonl"
     return len(path.read_text().splitlines()) if path.exists() else 0
@@ -128,8 +133,7 @@ def test_forge_on_two_nodes_with_distillation_kl_and_rollout_correction_survives
     # verl ran the 2 tasks in the 2 workers, the G copies of each in one of them, from one library version
     assert first["agent_workers_seen"] == [2, 2] and first["task_groups_split"] == [0, 0]
     assert first["library_versions_seen"] == [1, 1]
-    logged = {key for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() for key in json.loads(line)}
-    assert any(key.startswith("rollout_corr/") for key in logged)  # verl's correction ran for forge's step
+    assert any(key.startswith("rollout_corr/") for key in logged_keys(tmp_path / "run"))  # verl's correction ran for forge's step
 
     # checkpoint 2 is whole (two shards, the library, the task sampler) and nothing of iteration 3 was written
     checkpoints = tmp_path / "run"
@@ -176,8 +180,7 @@ def test_forge_in_verls_async_modes_records_versions_and_resumes_where_it_stoppe
     # separate_async the second mini-batch's old log-probs come from the weights the sync started with)
     assert first["staleness_max"] == 0 and first["rollout_actor_logprob_diff_maxes"][0] < 0.01
     assert first["library_versions"] == [[0]] and first["stale_steps_dropped"] == [0]
-    [log] = tmp_path.glob("train_*.log")
-    assert "rollout_corr/" in log.read_text(errors="replace")  # on by default in an async mode
+    assert any(key.startswith("rollout_corr/") for key in logged_keys(tmp_path / "run"))  # on by default in an async mode
     checkpoint = tmp_path / "run" / "global_step_1"
     assert (checkpoint / "transfer_queue").is_dir()  # verl keeps the groups in flight for the resume
     ledger = json.loads((checkpoint / "forge_library" / "evolution_ledger.json").read_text())
