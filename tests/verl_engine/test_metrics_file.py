@@ -60,8 +60,10 @@ def test_the_drivers_console_prints_each_new_iteration_once_and_waits_for_a_whol
     from recipe.forge.engines.verl.driver_console import MetricsConsole
 
     path = tmp_path / "metrics.jsonl"
-    path.write_text('{"iteration": 1, "success_rate": 0.5}\n{"iteration": 2, "success_rate": 0.25}\n{"iter')
+    path.write_text('{"iteration": 1, "success_rate": 0.5}\n')
     console = MetricsConsole(str(tmp_path), after=1)  # resumed at 1: iteration 1 was shown by the first run
+    with path.open("a") as handle:
+        handle.write('{"iteration": 2, "success_rate": 0.25}\n{"iter')
     console.show_new()
     assert capsys.readouterr().out.splitlines() == ["[iter 2] success_rate=0.25"]
     with path.open("a") as handle:  # the torn line completed, a validation-only record without numbers added
@@ -69,3 +71,20 @@ def test_the_drivers_console_prints_each_new_iteration_once_and_waits_for_a_whol
     console.show_new()
     console.show_new()
     assert capsys.readouterr().out.splitlines() == ["[iter 3] success_rate=1  episode_reward/mean=-1.5"]
+
+
+def test_the_drivers_console_never_shows_an_interrupted_runs_lines_past_the_checkpoint(tmp_path, capsys):
+    from recipe.forge.engines.verl.driver_console import MetricsConsole
+
+    path = tmp_path / "metrics.jsonl"
+    kept = '{"iteration": 1, "success_rate": 0.5}\n{"iteration": 2, "success_rate": 0.25}\n'
+    path.write_text(kept + '{"iteration": 3, "success_rate": 0.0}\n')  # killed after 3, checkpoint 2
+    console = MetricsConsole(str(tmp_path), after=2)
+    console.show_new()  # before the trainer dropped the rerun line
+    path.write_text(kept)  # the trainer starts: iteration 3 is dropped, then run again
+    console.show_new()
+    with path.open("a") as handle:
+        handle.write('{"iteration": 3, "success_rate": 0.75}\n')
+    console.show_new()
+    assert capsys.readouterr().out.splitlines() == ["[iter 3] success_rate=0.75"]
+

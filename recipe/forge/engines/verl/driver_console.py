@@ -32,12 +32,15 @@ class MetricsConsole:
     """The driver's console line per iteration on the verl engine: a thread reads the metrics file the forge trainer
     writes (in a Ray process, whose own prints come with Ray's prefix) and prints each new iteration's short line
     (tracking.console_line), as the embedded engine does; ``after``: the last iteration already shown (a resume's
-    restored step; -1 on a fresh start, so a validation before training shows as iteration 0)."""
+    restored step; -1 on a fresh start, so a validation before training shows as iteration 0). The lines past
+    ``after`` that the file holds at the start are an interrupted run's, which the trainer drops once it starts:
+    never shown."""
 
     def __init__(self, folder: str, after: int, every_s: float = 1.0):
         self.path = Path(folder) / "metrics.jsonl"
         self.shown = after
         self.every_s = every_s
+        self.stale = [record for record in self._records() if _iteration(record) > after]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="slea-rl-metrics-console", daemon=True)
 
@@ -54,15 +57,23 @@ class MetricsConsole:
         while not self._stop.wait(self.every_s):
             self.show_new()
 
-    def show_new(self) -> None:
-        """Print the lines of the iterations logged since the last call."""
+    def _records(self) -> list[dict]:
         if not self.path.is_file():
-            return
+            return []
         with warnings.catch_warnings():  # a line being appended right now is read whole next time
             warnings.simplefilter("ignore")
-            records = read_metrics(self.path)
-        for record in records:
-            iteration = record.get("iteration")
-            if isinstance(iteration, (int, float)) and iteration > self.shown:
-                say(console_line(int(iteration), record), prefix="")
-                self.shown = int(iteration)
+            return read_metrics(self.path)
+
+    def show_new(self) -> None:
+        """Print the lines of the iterations logged since the last call."""
+        for record in self._records():
+            iteration = _iteration(record)
+            if iteration > self.shown and record not in self.stale:
+                say(console_line(iteration, record), prefix="")
+                self.shown = iteration
+
+
+def _iteration(record: dict) -> int:
+    """A metrics record's iteration (-1 for a record without a number there)."""
+    iteration = record.get("iteration")
+    return int(iteration) if isinstance(iteration, (int, float)) else -1
