@@ -316,3 +316,19 @@ def test_the_update_leaves_the_actor_config_it_was_given_as_it_was(batch, model,
     assert actor.global_batch_info == {}  # the mini-batch totals live in the updater's own copy
     assert updater.actor.global_batch_info
     assert updater.actor.ppo_micro_batch_size_per_gpu == actor.ppo_micro_batch_size_per_gpu
+
+
+def test_the_progress_bar_counts_the_micro_batches_and_changes_nothing(batch, model, targets, capsys):
+    settings = actor_config(ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=1, ppo_epochs=2, shuffle=True)
+    results = []
+    for progress in (False, True):
+        policy = copy.deepcopy(model)
+        updater = PolicyUpdater(policy, torch.optim.SGD(policy.parameters(), lr=0.5), settings,
+                                rng=np.random.default_rng(7), progress=progress)
+        results.append((updater.update(batch, targets["advantages"], targets["old_log_probs"]), policy))
+        shown = capsys.readouterr().err
+        # 2 epochs x the 4 rows with an advantage (row 2 has none, so it is skipped), one row per micro-batch
+        assert ("update:" in shown and "/8 " in shown) == progress, shown
+    (quiet, quiet_policy), (shown, shown_policy) = results
+    assert quiet == shown
+    assert all(torch.equal(a, b) for a, b in zip(quiet_policy.parameters(), shown_policy.parameters()))

@@ -119,7 +119,7 @@ class LocalTrainer:
             self.policy.model, self.optimizer, policy.actor, temperature=run.rollout.temperature,
             share_prompt_prefix=local.share_prompt_prefix and not policy.gradient_checkpointing,
             autocast=self.autocast, critic=self.critic, critic_optimizer=self.critic_optimizer,
-            cliprange_value=policy.cliprange_value, rng=self.shuffle_rng,
+            cliprange_value=policy.cliprange_value, rng=self.shuffle_rng, progress=local.progress,
         )
         self.iteration = 0  # iterations done: what a validation pass now runs after, and its dump's file name
         self.dump = rollout_dump(run.trainer.rollout_data_dir, decoded_prompt(self.tokenizer.decode))

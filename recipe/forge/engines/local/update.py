@@ -21,6 +21,7 @@ from typing import Callable
 import numpy as np
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from recipe.forge.distillation import distillation_loss, distilled_step
 from recipe.forge.engines.local.batch import StepBatch
@@ -202,11 +203,12 @@ class PolicyUpdater:
                  share_prompt_prefix: bool = True,
                  autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
                  critic: ValueModel | None = None, critic_optimizer: torch.optim.Optimizer | None = None,
-                 cliprange_value: float = 0.5, rng: np.random.Generator | None = None):
+                 cliprange_value: float = 0.5, rng: np.random.Generator | None = None, progress: bool = False):
         """``actor``: verl's actor config as it is (FSDPActorConfig: the policy loss and its settings, epochs,
         mini- and micro-batch sizes, grad_clip); ``temperature``: the rollout's, which the log-probs are taken at;
         ``share_prompt_prefix``: run a micro-batch's shared prompt tokens once (sequences.forward_inputs);
-        ``cliprange_value``: the critic's value clip (verl's ``critic.cliprange_value``)."""
+        ``cliprange_value``: the critic's value clip (verl's ``critic.cliprange_value``); ``progress``: a progress
+        bar over the update's micro-batches (the longest phase of an iteration on a CPU)."""
         from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
         self.model = model
@@ -222,6 +224,7 @@ class PolicyUpdater:
         self.cliprange_value = cliprange_value
         self.policy_loss_fn = get_policy_loss_fn(actor.policy_loss.loss_mode)
         self.rng = rng if rng is not None else np.random.default_rng(0)
+        self.progress = progress
         self.device = next(model.parameters()).device
 
     @property
@@ -293,14 +296,20 @@ class PolicyUpdater:
         trained = targets.rows_to_train(self._skips_zero_advantage_rows(distill))
         metrics = MetricsAccumulator()
         self.model.train()
-        for _ in range(a.ppo_epochs):
-            order = self.rng.permutation(len(batch)) if a.shuffle else np.arange(len(batch))
-            for mini in _chunks(order, self.mini_batch_rows):
-                self._zero_grad()
-                norm = targets.mini_batch_norm(mini)
-                for rows in _chunks(mini[trained[mini]], self.micro_batch_rows):
-                    metrics.add_micro_batch(self._backward(targets.micro_batch(rows, self.device), norm))
-                metrics.end_mini_batch(self._step())
+        with tqdm(desc="update", unit="micro-batch", total=0, leave=False, disable=not self.progress) as bar:
+            for _ in range(a.ppo_epochs):
+                order = self.rng.permutation(len(batch)) if a.shuffle else np.arange(len(batch))
+                minis = [(mini, _chunks(mini[trained[mini]], self.micro_batch_rows))
+                         for mini in _chunks(order, self.mini_batch_rows)]
+                bar.total += sum(len(micros) for _, micros in minis)
+                bar.refresh()
+                for mini, micros in minis:
+                    self._zero_grad()
+                    norm = targets.mini_batch_norm(mini)
+                    for rows in micros:
+                        metrics.add_micro_batch(self._backward(targets.micro_batch(rows, self.device), norm))
+                        bar.update()
+                    metrics.end_mini_batch(self._step())
         return metrics.averages()
 
     def _skips_zero_advantage_rows(self, distill: DistillationInputs | None) -> bool:
