@@ -44,7 +44,7 @@ def test_slea_rl_eval_is_a_command_of_slea_rl(tmp_path):
 def test_each_commands_help_opens_with_its_whole_first_paragraph():
     """--help's description is the command's first paragraph, whole (it was the first line of a wrapped sentence)."""
     for command, sentence_end in ((["-m", "recipe.forge.main_forge", "eval"], "the same at any evaluation batch size."),
-                                  (["-m", "recipe.forge.commands.trajectory_viewer"], "pass and iteration.")):
+                                  (["-m", "recipe.forge.commands.trajectory_viewer"], "shown on its first row.")):
         proc = subprocess.run([sys.executable, *command, "--help"], capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         assert sentence_end in " ".join(proc.stdout.split()), proc.stdout
