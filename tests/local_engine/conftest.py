@@ -29,7 +29,8 @@ def compose(overrides: list[str]):
 
 
 def tiny_run_overrides(output_dir: str | os.PathLike, estimator: str = "forge", iterations: int = 1) -> list[str]:
-    """A NumberLine run small enough for a unit test (2 tasks x 2 copies, at most 3 steps)."""
+    """A NumberLine run small enough for a unit test (2 tasks x 2 copies, at most 3 steps; on the verl engine one
+    training process, as a CPU runs it)."""
     return [
         "env.env_name=gym_cards/NumberLine-v0", "env.gym_cards.target_max=3", "env.max_steps=3",
         "env.rollout.n=2", "env.history_length=0", "data.train_batch_size=2", "data.val_batch_size=1",
@@ -39,7 +40,7 @@ def tiny_run_overrides(output_dir: str | os.PathLike, estimator: str = "forge", 
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "actor_rollout_ref.actor.use_kl_loss=true",
         "trainer.local.progress=false", "trainer.logger=[jsonl]", f"trainer.default_local_dir={output_dir}",
         f"algorithm.forge.checkpoint_dir={output_dir}/library", "algorithm.forge.warmup_iterations=0",
-        "algorithm.forge.min_library_size=0",
+        "algorithm.forge.min_library_size=0", "trainer.n_gpus_per_node=1",
     ]
 
 

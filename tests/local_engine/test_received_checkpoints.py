@@ -74,7 +74,7 @@ def test_the_verl_engines_processes_read_a_resumed_checkpoint_without_running_co
     from recipe.forge.main_forge import validate
 
     cfg = prepare_verl_config(validate(compose_cfg(run_overrides(tmp_path / "run") + [
-        "trainer.engine=verl", "trainer.device=cpu", "trainer.n_gpus_per_node=1"])))  # a config the CPU runs
+        "trainer.engine=verl", "trainer.device=cpu"])))
     env_vars = dict(cfg.ray_kwargs.ray_init.runtime_env.env_vars)
     marker = tmp_path / "code_ran"
     plant_code(tmp_path / "extra_state_world_size_1_rank_0.pt", marker)
