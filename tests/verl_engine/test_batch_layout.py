@@ -122,6 +122,22 @@ def test_the_main_job_on_verl_gets_sizes_verl_runs(run_config_factory):
     assert len(changes) == 4 and all(" -> " in line and "(" in line for line in changes)
 
 
+def test_a_batch_the_ranks_cannot_share_is_left_to_verls_one_line_refusal(run_config_factory, tmp_path):
+    # 2 tasks x 2 copies on verl's 8 ranks: no mini-batch of whole tasks is shared equally, so nothing is derived
+    # and verl's own check stops the run before Ray in one line (its rows, 4, against its 8 ranks)
+    from recipe.forge.engines.verl.main import check_with_verl, wired_verl_config
+    from recipe.forge.run_config import load_run_config
+
+    overrides = ["trainer.engine=verl", "data.train_batch_size=2", "env.rollout.n=2", "trainer.device=cpu",
+                 f"trainer.default_local_dir={tmp_path}"]
+    cfg, changes = derived(run_config_factory, *overrides)
+    assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 32
+    assert not any(line.startswith("actor_rollout_ref.actor.ppo_mini_batch_size") for line in changes)
+    with pytest.raises(ConfigError, match="train_batch_size") as refused:
+        check_with_verl(wired_verl_config(load_run_config(run_config_factory(overrides))))
+    assert "\n" not in str(refused.value)
+
+
 @pytest.mark.parametrize("overrides", [["trainer.engine=verl"],
                                        ["+experiment=main_job", "trainer.engine=verl"]])
 def test_the_engine_switch_passes_verls_own_check_or_stops_with_one_line(run_config_factory, overrides, tmp_path):

@@ -112,10 +112,13 @@ def derive_batch_sizes(cfg: Any, train_batch_size: int, group_size: int) -> list
         changes.append(f"{key}: {old} -> {value} ({why})")
 
     sections = [ACTOR] + ([CRITIC] if _uses_critic(cfg) else [])
+    # a whole batch as the mini-batch only where the ranks can share its rows; elsewhere verl's own check refuses
+    # the config before Ray starts, in one line (main.check_with_verl)
+    shared = train_batch_size * group_size % data_parallel_size(cfg) == 0
     for section in sections:
         mini = OmegaConf.select(cfg, f"{section}.ppo_mini_batch_size", default=None)
         dynamic = bool(OmegaConf.select(cfg, f"{section}.use_dynamic_bsz", default=False))
-        if mini is not None and not dynamic and int(mini) > train_batch_size:
+        if mini is not None and not dynamic and shared and int(mini) > train_batch_size:
             lower(f"{section}.ppo_mini_batch_size", train_batch_size,
                   f"verl needs data.train_batch_size ({train_batch_size}) >= ppo_mini_batch_size")
     if str(OmegaConf.select(cfg, f"{ACTOR}.strategy", default="fsdp")) == "megatron":
