@@ -35,22 +35,30 @@ def test_verl_private_hooks_still_exist_in_the_installed_verl(plugin):
     assert engine_workers.maybe_fix_3d_position_ids is engine_base.maybe_fix_3d_position_ids is fix_3d_position_ids
 
 
-def test_the_task_runner_prints_no_config_dump_and_the_hook_restores(plugin, capsys):
+def test_the_task_runner_prints_no_config_or_validation_dump_and_the_hook_restores(plugin, capsys):
     import inspect
 
     from verl.trainer import main_ppo
+    from verl.trainer.ppo.v1 import trainer_base
 
-    from recipe.forge.engines.verl.cpu.verl_private import no_config_dump
+    from recipe.forge.engines.verl.cpu.verl_private import no_console_dumps
     from recipe.forge.engines.verl.task_runner import QuietTaskRunner
 
-    # hook 4: verl's runner dumps the config through the pprint of its globals (main_ppo's, used for nothing else)
+    # hook 4: verl's runner dumps the config through the pprint of its globals (main_ppo's, used for nothing else),
+    # its V1 trainers the validation metrics through trainer_base's (used for those two dumps only)
     verl_runner = main_ppo.TaskRunnerV1.__ray_metadata__.modified_class.__mro__[1]
     assert "pprint(OmegaConf.to_container(config" in inspect.getsource(verl_runner.run)
     assert inspect.getsource(main_ppo).count("pprint(") == 1 and verl_runner.run.__globals__["pprint"] is main_ppo.pprint
-    original = main_ppo.pprint
-    with no_config_dump(verl_runner.run):
+    dumps = [line.strip() for line in inspect.getsource(trainer_base).splitlines() if "pprint(" in line]
+    assert dumps == ['pprint(f"Initial validation metrics: {val_metrics}")',
+                     'pprint(f"Final validation metrics: {last_val_metrics}")']
+    originals = main_ppo.pprint, trainer_base.pprint
+    with no_console_dumps(verl_runner.run):
         main_ppo.pprint({"a": 1})
-    assert main_ppo.pprint is original and capsys.readouterr().out == ""
+        trainer_base.pprint({"val/success_rate": 1.0})
+    assert (main_ppo.pprint, trainer_base.pprint) == originals and capsys.readouterr().out == ""
+    main_ppo.pprint({"a": 1})
+    assert capsys.readouterr().out == "{'a': 1}\n"  # restored
     assert issubclass(QuietTaskRunner.__ray_metadata__.modified_class, verl_runner)
 
 

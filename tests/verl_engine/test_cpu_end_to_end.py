@@ -256,8 +256,9 @@ def test_grpo_trains_two_iterations_and_its_console_reads_like_the_embedded_engi
     # Sampling is not seeded, so a group of copies can tie: 4 copies of 2 tasks over 2 iterations make an
     # iteration with some non-zero advantage near certain, and each iteration is checked against its own advantages.
     summary = smoke(tmp_path, *tiny_llama, "--estimator", "grpo", "--group-size", "4",
-                    "trainer.logger=[console,jsonl,tensorboard]")
+                    "trainer.logger=[console,jsonl,tensorboard]", "trainer.test_freq=2")
     check_console(Path(summary["log"]), tmp_path / "run", iterations=2)
+    assert "val/success_rate" in summary["validation"]  # the last iteration validated: verl's trainer dumps that
     assert summary["iterations"] == 2
     assert any(advantage > 0 for advantage in summary["advantage_abs_max"])
     for advantage, grad_norm in zip(summary["advantage_abs_max"], summary["grad_norms"]):
@@ -267,8 +268,8 @@ def test_grpo_trains_two_iterations_and_its_console_reads_like_the_embedded_engi
 
 def check_console(log: Path, run: Path, iterations: int) -> None:
     """What a verl run printed (stdout and stderr): a start banner, one short line per iteration, an end line, no
-    traceback and no config dump (verl_config.yaml in the run folder holds it), verl's per-episode note once; the full
-    metrics in metrics.jsonl, TensorBoard's events in the run folder."""
+    traceback, no config dump (verl_config.yaml in the run folder holds it) and no validation metrics dump, verl's
+    per-episode note once; the full metrics in metrics.jsonl, TensorBoard's events in the run folder."""
     lines = log.read_text(errors="replace").splitlines()
     assert "Traceback" not in "\n".join(lines) and len(lines) <= 40 + 10 * iterations, "\n".join(lines)
     assert lines[0].startswith("[slea-rl] starting fresh") and lines[-1].startswith("[slea-rl] done in"), lines
@@ -278,5 +279,6 @@ def check_console(log: Path, run: Path, iterations: int) -> None:
     assert sum("Continuous Token builder" in line for line in lines) <= 1
     assert "actor_rollout_ref" in (run / "verl_config.yaml").read_text()
     assert not any("'actor_rollout_ref'" in line for line in lines)
+    assert not any("validation metrics:" in line for line in lines)
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
 

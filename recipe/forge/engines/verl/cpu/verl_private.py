@@ -15,8 +15,11 @@
    CPU-specific. :func:`fix_3d_position_ids` repacks such a tensor and does verl's fix otherwise.
 4. verl's ``TaskRunnerV1.run`` prints the whole resolved config with ``pprint``, a global of its function (of
    ``verl.trainer.main_ppo``, its only use there; in the Ray process, the globals cloudpickle rebuilt for the
-   function, as ``main_ppo.TaskRunnerV1`` names Ray's actor class, not this one): about 1,000 console lines per run.
-   :func:`no_config_dump` makes it print nothing within the block (the driver writes the config to the run folder).
+   function, as ``main_ppo.TaskRunnerV1`` names Ray's actor class, not this one): about 1,000 console lines per run;
+   and its V1 trainers print the whole validation metrics dict, before training and after the last iteration, with
+   the ``pprint`` of ``verl.trainer.ppo.v1.trainer_base`` (its only two uses there): about 100 lines per run.
+   :func:`no_console_dumps` makes both print nothing within the block (the driver writes the config to the run
+   folder; every metric is in metrics.jsonl and the console's one line per iteration).
 
 tests/verl_engine/test_cpu_backend.py checks that all four still exist in the installed verl, so an upgrade that
 moves them fails loudly there instead of at run time.
@@ -58,17 +61,21 @@ def unpinned_cpu_offload_policy():
 
 
 @contextlib.contextmanager
-def no_config_dump(runner_run):
+def no_console_dumps(runner_run):
     """Within the block, the ``pprint`` that verl's TaskRunner ``run`` function (``runner_run``) dumps its config with
-    prints nothing (hook 4)."""
-    scope = runner_run.__globals__
+    and the one its V1 trainers dump validation metrics with print nothing (hook 4)."""
+    from verl.trainer.ppo.v1 import trainer_base
+
+    scopes = [runner_run.__globals__, vars(trainer_base)]
     with _PATCH_LOCK:
-        original = scope["pprint"]
-        scope["pprint"] = lambda *args, **kwargs: None
+        originals = [scope["pprint"] for scope in scopes]
+        for scope in scopes:
+            scope["pprint"] = lambda *args, **kwargs: None
         try:
             yield
         finally:
-            scope["pprint"] = original
+            for scope, original in zip(scopes, originals):
+                scope["pprint"] = original
 
 
 def fix_3d_position_ids(data) -> None:
