@@ -8,6 +8,10 @@ It registers, in verl's own registries:
 * the agent loop ``forge_agent`` (verl.experimental.agent_loop), used by the AgentLoopWorkers;
 * the trainer mode ``forge`` (verl.trainer.ppo.v1), used by verl's TaskRunner.
 
+The agent loop, the trainer mode, the CPU engines and the checkpoint engine are registered when the process
+imports the verl module holding their registry (after_import.when_imported), not with ``import verl``: most of a
+run's Ray processes never use them, and importing them cost each such process about a third of its start-up.
+
 It also lets transformers build a vision-language model's processor without torchvision
 (vision_processor.allow_processors_without_torchvision; nothing changes where torchvision is installed): verl
 loads the processor in its workers (``hf_processor``), which otherwise returns None there with only a warning, and
@@ -43,5 +47,9 @@ from recipe.forge.engines.verl.quiet import each_note_once  # noqa: E402
 
 each_note_once()
 
-import recipe.forge.engines.verl.agent_loop  # noqa: E402,F401  registers forge_agent
-import recipe.forge.engines.verl.trainer  # noqa: E402,F401  registers trainer mode "forge"
+from importlib import import_module  # noqa: E402
+
+from recipe.forge.engines.verl.after_import import when_imported  # noqa: E402
+
+when_imported("verl.experimental.agent_loop", lambda _: import_module("recipe.forge.engines.verl.agent_loop"))
+when_imported("verl.trainer.ppo.v1", lambda _: import_module("recipe.forge.engines.verl.trainer"))

@@ -14,21 +14,26 @@ process runs with ``VERL_PLATFORM=cpu``. The parts:
   a vision-language batch's position ids, is not CPU-specific but has only been exercised here).
 
 :func:`register` runs in every process through our ``verl.plugins`` entry point, before any module of ours
-imports verl's trainer or workers (verl picks its platform on first use).
+imports verl's trainer or workers (verl picks its platform on first use); what extends verl's engines and
+checkpoint engines is registered when the process imports them.
 """
 
 from __future__ import annotations
 
+from importlib import import_module
+
 
 def register() -> None:
-    """Register the cpu platform, the cpu FSDP engines, the hf rollout and the object_store checkpoint engine in
-    verl's registries (idempotent)."""
+    """Register the cpu platform in verl's registries now, and the hf rollout, the cpu FSDP engines, the
+    object_store checkpoint engine and the position-ids fix once the process imports the verl modules they extend
+    (after_import: most of a run's processes never import them)."""
     import recipe.forge.engines.verl.cpu.platform  # noqa: F401  must come first: registers the platform
-
-    import recipe.forge.engines.verl.cpu.engines  # noqa: F401
-    import recipe.forge.engines.verl.cpu.object_store_engine  # noqa: F401
-    from recipe.forge.engines.verl.cpu import hf_rollout
+    from recipe.forge.engines.verl.after_import import when_imported
     from recipe.forge.engines.verl.cpu.verl_private import install_position_ids_fix
 
-    hf_rollout.register()
+    # each module registers its entries on import (where the process is importing it already, when it finishes)
+    when_imported("verl.workers.rollout", lambda _: import_module("recipe.forge.engines.verl.cpu.hf_rollout"))
+    when_imported("verl.workers.engine", lambda _: import_module("recipe.forge.engines.verl.cpu.engines"))
+    when_imported("verl.checkpoint_engine",
+                  lambda _: import_module("recipe.forge.engines.verl.cpu.object_store_engine"))
     install_position_ids_fix()

@@ -319,3 +319,6 @@ def register() -> None:
     """Register the ``hf`` replica (public registry) and its in-worker adapter (verl_private)."""
     RolloutReplicaRegistry.register(ROLLOUT_NAME, lambda: HFReplica)
     register_rollout_adapter(ROLLOUT_NAME, f"{HFServerAdapter.__module__}.{HFServerAdapter.__qualname__}")
+
+
+register()  # on import: the plug-in imports this module once the process imports verl.workers.rollout

@@ -99,10 +99,9 @@ def fix_3d_position_ids(data) -> None:
 
 
 def install_position_ids_fix() -> None:
-    """Make verl's training worker and engine call :func:`fix_3d_position_ids` (idempotent)."""
-    from verl.utils import tensordict_utils
-    from verl.workers import engine_workers
-    from verl.workers.engine import base
+    """Make verl's training worker and engine call :func:`fix_3d_position_ids` (idempotent): each of the three
+    modules that bind the name gets it once the process imports that module."""
+    from recipe.forge.engines.verl.after_import import when_imported
 
-    for module in (tensordict_utils, engine_workers, base):
-        module.maybe_fix_3d_position_ids = fix_3d_position_ids
+    for module in ("verl.utils.tensordict_utils", "verl.workers.engine_workers", "verl.workers.engine.base"):
+        when_imported(module, lambda imported: setattr(imported, "maybe_fix_3d_position_ids", fix_3d_position_ids))
