@@ -5,6 +5,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+PYTEST_WORKERS ?= 2
 
 .PHONY: venv browser demo test bench
 
@@ -18,7 +19,7 @@ demo: venv
 	$(PY) -m recipe.forge.main_forge +experiment=main_job $(ARGS)
 
 test: venv browser
-	PYTHONFAULTHANDLER=1 $(PY) -m pytest tests $(PYTEST_ARGS)
+	PYTHONFAULTHANDLER=1 $(PY) -m pytest tests -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 bench: venv
 	$(PY) scripts/bench_advantage.py

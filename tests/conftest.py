@@ -1,7 +1,8 @@
-"""Suite-wide test settings: GPU-only tests are skipped without CUDA; nothing may reach a model hub. Also
-``load_script``: import a file of scripts/ as a module (scripts/ is not a package)."""
+"""Suite-wide test settings: GPU-only tests are skipped without CUDA; nothing may reach a model hub; the longest
+modules run first. Also ``load_script``: import a file of scripts/ as a module (scripts/ is not a package)."""
 
 import importlib.util
+import json
 import os
 import sys
 from pathlib import Path
@@ -21,7 +22,21 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+
+def threads_per_worker() -> int | None:
+    """Under `make test`'s worker processes (pytest-xdist), each worker's share of the cores this process may use,
+    else None. Two workers each computing with every core would fight over them: torch's idle threads spin while
+    the other worker's hold the cores, and one module's tests took twice as long, using 2.5 times the CPU time."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, len(os.sched_getaffinity(0)) // workers) if workers > 1 else None
+
+
+if threads_per_worker() is not None:
+    # before torch starts its thread pool; inherited by every run a test starts (set explicitly, it stays)
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads_per_worker()))
+
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+MODULE_SECONDS = Path(__file__).resolve().parent / "module_seconds.json"
 
 
 def import_script(filename: str):
@@ -41,12 +56,31 @@ def load_script():
 def pytest_collection_modifyitems(config, items):
     import torch
 
+    items[:] = slowest_modules_first(items)
     if torch.cuda.is_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+def slowest_modules_first(items: list) -> list:
+    """The tests with their modules ordered by the seconds each took in a measured run (tests/module_seconds.json,
+    written by scripts/module_seconds.py), most first; a module not measured yet comes after them, collection order
+    otherwise and inside a module. `make test` hands whole modules to two worker processes in this order
+    (``-n 2 --dist loadfile``), so the longest runs start first instead of last, when one worker would be left
+    running them alone."""
+    measured = json.loads(MODULE_SECONDS.read_text())
+    root = MODULE_SECONDS.parents[1]
+    position: dict[Path, int] = {}
+    for item in items:
+        position.setdefault(Path(item.path), len(position))
+
+    def seconds(path: Path) -> float:
+        return measured.get(path.relative_to(root).as_posix(), 0.0) if path.is_relative_to(root) else 0.0
+
+    return sorted(items, key=lambda item: (-seconds(Path(item.path)), position[Path(item.path)]))
 
 
 def pytest_sessionfinish(session, exitstatus):
