@@ -26,24 +26,24 @@ def run(iterations: int, tasks: int, group: int, env_name: str, max_steps: int, 
     from recipe.forge.engines.local.trainer import Components, LocalTrainer
     from recipe.forge.main_forge import validate
 
-    out = tempfile.mkdtemp(prefix="bench_overhead_")
-    overrides = [
-        f"env.env_name={env_name}", f"env.max_steps={max_steps}", f"env.rollout.n={group}",
-        f"data.train_batch_size={tasks}", "data.val_batch_size=1", "algorithm.adv_estimator=forge",
-        f"trainer.total_training_steps={iterations}", "trainer.test_freq=-1", "trainer.save_freq=-1",
-        f"actor_rollout_ref.rollout.response_length={max_new_tokens}", "trainer.local.progress=false",
-        "trainer.local.compute_dtype=fp32", "trainer.local.response_prefix=", "trainer.logger=[jsonl]",
-        f"trainer.default_local_dir={out}", f"algorithm.forge.checkpoint_dir={out}/library",
-        "algorithm.forge.warmup_iterations=0", "algorithm.forge.min_library_size=0",
-        # no reference pass: the cheapest iteration, so SLEA-RL's share is an upper bound
-        "actor_rollout_ref.actor.use_kl_loss=false",
-    ]
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-        cfg = compose(config_name="forge_trainer", overrides=overrides)
-    trainer = LocalTrainer(validate(cfg), Components(policy=script_policy("tiny", tiny=True)))
-    started = time.perf_counter()
-    history = trainer.fit()
-    wall = time.perf_counter() - started
+    with tempfile.TemporaryDirectory(prefix="bench_overhead_") as out:  # the run folder goes with the figures
+        overrides = [
+            f"env.env_name={env_name}", f"env.max_steps={max_steps}", f"env.rollout.n={group}",
+            f"data.train_batch_size={tasks}", "data.val_batch_size=1", "algorithm.adv_estimator=forge",
+            f"trainer.total_training_steps={iterations}", "trainer.test_freq=-1", "trainer.save_freq=-1",
+            f"actor_rollout_ref.rollout.response_length={max_new_tokens}", "trainer.local.progress=false",
+            "trainer.local.compute_dtype=fp32", "trainer.local.response_prefix=", "trainer.logger=[jsonl]",
+            f"trainer.default_local_dir={out}", f"algorithm.forge.checkpoint_dir={out}/library",
+            "algorithm.forge.warmup_iterations=0", "algorithm.forge.min_library_size=0",
+            # no reference pass: the cheapest iteration, so SLEA-RL's share is an upper bound
+            "actor_rollout_ref.actor.use_kl_loss=false",
+        ]
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+            cfg = compose(config_name="forge_trainer", overrides=overrides)
+        trainer = LocalTrainer(validate(cfg), Components(policy=script_policy("tiny", tiny=True)))
+        started = time.perf_counter()
+        history = trainer.fit()
+        wall = time.perf_counter() - started
     keys = (*FORGE_PHASES, "gen", "prepare", "update_actor")
     phases = {k: float(np.sum([h.get(f"timing_s/{k}", 0.0) for h in history])) for k in keys}
     total = sum(phases.values())
