@@ -31,9 +31,10 @@ def threads_per_worker() -> int | None:
     return max(1, len(os.sched_getaffinity(0)) // workers) if workers > 1 else None
 
 
-if threads_per_worker() is not None:
+WORKER_THREADS = threads_per_worker()
+if WORKER_THREADS is not None:
     # before torch starts its thread pool; inherited by every run a test starts (set explicitly, it stays)
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads_per_worker()))
+    os.environ.setdefault("OMP_NUM_THREADS", str(WORKER_THREADS))
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 MODULE_SECONDS = Path(__file__).resolve().parent / "module_seconds.json"

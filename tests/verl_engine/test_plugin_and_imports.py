@@ -49,22 +49,22 @@ def test_import_verl_registers_everything_in_a_fresh_process(tmp_path):
 
 
 LAZY_REGISTRATIONS = """
-import json, sys, verl
+import json, os, sys, verl
 heavy = ("verl.workers.engine", "verl.workers.engine_workers", "verl.workers.rollout", "verl.checkpoint_engine",
          "verl.experimental.agent_loop", "verl.trainer.ppo.v1")
 imported_by_import_verl = [name for name in heavy if name in sys.modules]
 from verl.workers.engine.base import EngineRegistry
-from verl.workers.rollout import base as rollout_base
+from verl.workers.rollout.base import get_rollout_class
 from verl.checkpoint_engine import CheckpointEngineRegistry
 from verl.workers import engine_workers
 from verl.utils import tensordict_utils
 from recipe.forge.engines.verl.cpu.verl_private import fix_3d_position_ids
+os.environ["VERL_ENGINE_DEVICE"] = "cpu"  # verl's own override of the device its engine lookup uses
 print(json.dumps({
     "imported_by_import_verl": imported_by_import_verl,
-    "cpu_engines": sorted({devices["cpu"].__name__ for devices in EngineRegistry._engines["language_model"].values()
-                           if "cpu" in devices}),
-    "hf_rollout": rollout_base._ROLLOUT_REGISTRY.get(("hf", "async")),
-    "object_store": "object_store" in CheckpointEngineRegistry._registry,
+    "cpu_engine": EngineRegistry.get_engine_cls("language_model", "fsdp2").__name__,
+    "hf_rollout": "{0.__module__}.{0.__qualname__}".format(get_rollout_class("hf", "async")),
+    "object_store": CheckpointEngineRegistry.get("object_store").__module__,
     "position_ids_fix": [m.maybe_fix_3d_position_ids is fix_3d_position_ids for m in (engine_workers, tensordict_utils)],
 }))
 """
@@ -75,9 +75,10 @@ def test_import_verl_leaves_the_heavy_modules_and_registers_into_each_once_impor
     extends; a process that imports one finds forge's entries in it."""
     got = run_outside_repo(LAZY_REGISTRATIONS, tmp_path)
     assert got["imported_by_import_verl"] == []
-    assert got["cpu_engines"] == ["CpuFSDPEngineWithLMHead"], got
+    assert got["cpu_engine"] == "CpuFSDPEngineWithLMHead", got
     assert got["hf_rollout"] == "recipe.forge.engines.verl.cpu.hf_rollout.HFServerAdapter"
-    assert got["object_store"] is True and got["position_ids_fix"] == [True, True]
+    assert got["object_store"] == "recipe.forge.engines.verl.cpu.object_store_engine"
+    assert got["position_ids_fix"] == [True, True]
 
 
 def test_ray_worker_imports_recipe_and_sees_registrations(tmp_path):

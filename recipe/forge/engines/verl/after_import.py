@@ -71,4 +71,3 @@ def when_imported(module_name: str, action: Action) -> None:
         _FINDER.pending.setdefault(module_name, []).append(action)
     if _FINDER not in sys.meta_path:
         sys.meta_path.insert(0, _FINDER)
-
