@@ -5,10 +5,10 @@ overrides): at each step it answers the environment's expert action with probabi
 admissible action, and with probability ``--invalid`` an answer that does not parse. Each iteration's batch (the
 preset's tasks x copies, or ``--tasks``) goes through the library's own evolution steps: partition and selection
 (evolution.py), then the rule extractor alone (``lesson_credit: outcome``, the paper's) and the step-credit
-extractor around it (``lesson_credit: step``), in the preset's lesson style, with the preset's gamma and
-invalid-action penalty. Every candidate that names an action for a state is checked against the expert at that
-state (``lesson_quality.verdict``); per credit mode and level the script reports right / checked and the
-precision. No model, no update: seconds per setting, so the mode can be chosen before a training run.
+extractor around it (``lesson_credit: step``), in the preset's lesson style, with the preset's gamma,
+invalid-action penalty, step value and step groups. Every candidate that names an action for a state is checked
+against the expert at that state (``lesson_quality.verdict``); per credit mode and level the script reports
+right / checked and the precision. No model, no update: seconds per setting, so the mode can be chosen before a training run.
 
     python scripts/probe_lesson_credit.py --p 0.3 0.5 0.7 0.9 --json
     python scripts/probe_lesson_credit.py --preset dial_lock_job --p 0.5 --json
@@ -63,7 +63,7 @@ def probe(cfg, p: float, invalid: float, iterations: int, seed: int) -> dict:
     collector = TrajectoryCollector(progress=False)
     extractors = {"outcome": RuleExtractor(forge.lesson_style),
                   "step": step_credit(RuleExtractor(forge.lesson_style), forge.lesson_style, algorithm.gamma,
-                                      algorithm.invalid_action_penalty_coef)}
+                                      algorithm.invalid_action_penalty_coef, forge.step_value, forge.step_groups)}
     totals = {mode: {} for mode in extractors}
     successes = 0.0
     try:

@@ -9,10 +9,12 @@ from recipe.forge.config_schema import ForgeConfig
 
 
 def make_traj(uid, traj_uid, task, steps, reward, task_type="pick_and_place", clusters=None, valid=None,
-              failure_reason=None, admissible=(), experts=None):
+              failure_reason=None, admissible=(), experts=None, end=None):
     """steps: list of (anchor_obs, action); the last step gets the whole reward; ``admissible``: the actions
-    every state lists; ``experts``: the expert action of every step (default: none)."""
+    every state lists; ``experts``: the expert action of every step (default: none). Each step led to the next
+    step's observation; the last one to ``end`` (default None: the environment ended the episode there)."""
     records = []
+    following = [obs for obs, _ in steps[1:]] + [end]
     for i, (obs, action) in enumerate(steps):
         records.append(StepRecord(
             uid=uid, traj_uid=traj_uid, step=i, anchor_obs=obs, messages=[], plain_messages=[],
@@ -20,7 +22,7 @@ def make_traj(uid, traj_uid, task, steps, reward, task_type="pick_and_place", cl
             response_ids=[], logprobs=[], reward=reward if i == len(steps) - 1 else 0.0,
             is_action_valid=True if valid is None else valid[i], done=i == len(steps) - 1,
             cluster_id=None if clusters is None else clusters[i], admissible_actions=tuple(admissible),
-            expert_action=None if experts is None else experts[i]))
+            expert_action=None if experts is None else experts[i], next_anchor_obs=following[i]))
     return TrajectoryRecord(uid=uid, traj_uid=traj_uid, task=task, task_type=task_type, steps=records,
                             episode_reward=reward, success=reward > 0.5, length=len(records),
                             failure_reason=failure_reason)

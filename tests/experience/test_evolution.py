@@ -14,6 +14,7 @@ from recipe.forge.experience.evolution import dedupe, partition, positive_ratio,
 from recipe.forge.experience.extract_llm import LLMExtractor, OpenAICompatibleLLM, parse_llm_output
 from recipe.forge.experience.extract_rule import RuleExtractor
 from recipe.forge.experience.library import GOLDEN, LEVELS, WARNING, Candidate
+from recipe.forge.experience.lesson_quality import verdict
 
 OBS = ["-= Welcome =- You are in the middle of a room.", "You arrive at countertop 1. You see a mug 1.",
        "You pick up the mug 1 from the countertop 1.", "You arrive at coffeemachine 1."]
@@ -111,7 +112,8 @@ def test_rule_extractor_every_level_of_both_zones(traj):
     assert example.key == OBS[3] and example.cluster_ids == [3] and "put mug 1 in/on coffeemachine 1" in example.text
     assert all(c.score == 10.0 for c in out if c.zone == GOLDEN)
     assert got[(WARNING, "mistake")].text.startswith("1 of 4 actions were invalid")
-    assert got[(WARNING, "pattern")].text.startswith('Repeating "look" (3 times in 4 steps)')
+    # "look" left the welcome room as it was twice (the third "look" moved on): a loop of 2 at one state
+    assert got[(WARNING, "pattern")].text.startswith('Repeating "look" (2 times in 4 steps) made no progress')
     assert got[(WARNING, "diagnostic")].key == OBS[1] and got[(WARNING, "diagnostic")].cluster_ids == [1]
     assert all(c.score == 0.5 for c in out if c.zone == WARNING)  # threshold - return
 
@@ -119,15 +121,15 @@ def test_rule_extractor_every_level_of_both_zones(traj):
 def test_rule_extractor_imperative_style_names_the_action_for_the_state(traj):
     win = traj("u", "w", "reach the target.", [("Target: 2\nCurrent: 3", "-")], 1.0, clusters=[5])
     loss = traj("u", "l", "reach the target.", [("Target: 2\nCurrent: 1", "-"), ("Target: 2\nCurrent: 0", "-"),
-                                                ("Target: 2\nCurrent: 0", "zz")], -3.0,
-                valid=[True, True, False])
+                                                ("Target: 2\nCurrent: 0", "-"), ("Target: 2\nCurrent: 0", "zz")], -4.0,
+                valid=[True, True, True, False], end="Target: 2\nCurrent: 0")
     imperative = {(c.zone, c.level): c for c in RuleExtractor("imperative").extract([win], [loss], 0.5)}
     descriptive = {(c.zone, c.level): c for c in RuleExtractor("descriptive").extract([win], [loss], 0.5)}
     assert imperative[(GOLDEN, "example")].text == 'At "Target: 2 Current: 3", answer with <action>-</action>.'
     assert descriptive[(GOLDEN, "example")].text == 'At "Target: 2 Current: 3", the action "-" moved the task forward.'
     assert imperative[(GOLDEN, "principle")].text == "For pick_and_place tasks, follow a plan of this shape: -."
     assert imperative[(GOLDEN, "method")].text.endswith("(solved in 1 step).")  # one step, in the singular
-    assert descriptive[(WARNING, "diagnostic")].text.startswith('Failed "reach the target." after 3 steps')
+    assert descriptive[(WARNING, "diagnostic")].text.startswith('Failed "reach the target." after 4 steps')
     assert imperative[(WARNING, "diagnostic")].text.startswith(
         'At "Target: 2 Current: 0", do not answer with the action "zz": it ended a failed attempt')
     assert imperative[(WARNING, "pattern")].text == ('Do not repeat "-": it made no progress; after one try, choose a '
@@ -151,32 +153,61 @@ def test_rule_extractor_imperative_style_names_the_action_for_the_state(traj):
 def test_imperative_warnings_name_the_actions_left_untried_at_their_state(traj):
     # NumberLine from 1 towards 0, answering "+" every time: the walk ends stuck at 3 (positions 0..3)
     states = ["Target: 0\nCurrent: 1", "Target: 0\nCurrent: 2", "Target: 0\nCurrent: 3", "Target: 0\nCurrent: 3"]
-    loss = traj("u", "l", "reach the target.", [(s, "+") for s in states], -4.0, admissible=("+", "-"))
+    loss = traj("u", "l", "reach the target.", [(s, "+") for s in states], -4.0, admissible=("+", "-"),
+                end=states[3])
     got = {c.level: c for c in RuleExtractor("imperative").warning(loss, 0.5)}
     assert got["diagnostic"].text == ('At "Target: 0 Current: 3", answer with <action>-</action> instead of "+", '
                                       'which ended a failed attempt (4 steps, return -4).')
     assert got["diagnostic"].key == states[3]
-    assert got["pattern"].text == ('Do not repeat "+": it made no progress; at "Target: 0 Current: 1", answer with '
+    # the loop is where "+" left the state as it was (at the stop, twice), not the first "+" of the walk
+    assert got["pattern"].text == ('Do not repeat "+": it made no progress; at "Target: 0 Current: 3", answer with '
                                    '<action>-</action> instead.')
-    assert got["pattern"].key == states[0]
+    assert got["pattern"].key == states[2]
     assert "<action>+</action>" not in got["diagnostic"].text + got["pattern"].text  # the failed action is not primed
     descriptive = {c.level: c.text for c in RuleExtractor("descriptive").warning(loss, 0.5)}
     assert '"-"' not in descriptive["diagnostic"] + descriptive["pattern"]  # the descriptive wording states facts only
 
 
+def test_a_repeated_action_that_moved_on_is_no_loop_and_a_step_limit_blames_no_last_action(traj):
+    """Turning a dial towards its target repeats one action at every state; a failed episode that ran out of steps
+    while doing so holds no loop and no dead end (the rule extractor once told "+" was a loop to break at the
+    walk's first state, and the last "+" a dead end: against the expert at both)."""
+    walk = ["Target: 4\nCurrent: 0", "Target: 4\nCurrent: 1", "Target: 4\nCurrent: 2"]
+    ran_out = traj("u", "l", "reach the target.", [(s, "+") for s in walk], -1.0, admissible=("+", "-"),
+                   experts=["+"] * 3, end="Target: 4\nCurrent: 3")
+    imperative = RuleExtractor("imperative").warning(ran_out, 0.5)
+    assert [c.level for c in imperative] == ["mistake"]  # the failed plan shape, which names no state's action
+    assert all(verdict(c.advice) != "wrong" for c in imperative)
+    descriptive = {c.level: c for c in RuleExtractor("descriptive").warning(ran_out, 0.5)}
+    assert descriptive["pattern"].text == 'Spending 3 of 3 steps on "+" actions did not reach the goal.'
+    assert descriptive["diagnostic"].text.startswith('"reach the target." ended below the batch\'s threshold after 3 '
+                                                     'steps (return -1), at "Target: 4 Current: 2" after the action "+"')
+    assert descriptive["diagnostic"].advice is None
+    # a won episode below the batch's threshold ended at its winning action: no dead end either
+    won = traj("u", "w", "reach the target.", [(walk[2], "+"), ("Target: 4\nCurrent: 3", "+")], 1.0,
+               admissible=("+", "-"), experts=["+", "+"])
+    assert [c.level for c in RuleExtractor("imperative").warning(won, 2.0)] == ["mistake"]
+    # the environment ending a lost episode blames its last action
+    lost = traj("u", "x", "reach the target.", [(walk[2], "-")], -1.0, admissible=("+", "-"), experts=["+"])
+    diagnostic = {c.level: c for c in RuleExtractor("imperative").warning(lost, 0.5)}["diagnostic"]
+    assert diagnostic.advice.avoid == ("-",) and verdict(diagnostic.advice) == "right"
+
+
 def test_imperative_warnings_without_untried_actions_keep_their_plain_wording(traj):
     tried = traj("u", "l", "reach the target.", [("Target: 0\nCurrent: 3", "+"), ("Target: 0\nCurrent: 3", "-"),
-                                                 ("Target: 0\nCurrent: 3", "+")], -3.0, admissible=("+", "-"))
-    unlisted = traj("u", "l", "reach the target.", [("Target: 0\nCurrent: 3", "+")] * 2, -2.0)
+                                                 ("Target: 0\nCurrent: 3", "+")], -3.0, admissible=("+", "-"),
+                 end="Target: 0\nCurrent: 3")
+    unlisted = traj("u", "l", "reach the target.", [("Target: 0\nCurrent: 3", "+")] * 2, -2.0,
+                    end="Target: 0\nCurrent: 3")
     many = traj("u", "l", "reach the target.", [("hall", "go north")] * 2, -2.0,
-                admissible=("go north", "go south", "go east", "go west", "look"))
+                admissible=("go north", "go south", "go east", "go west", "look"), end="hall")
     for loss in (tried, unlisted, many):
         got = {c.level: c.text for c in RuleExtractor("imperative").warning(loss, 0.5)}
         assert got["diagnostic"].startswith(f'At "{" ".join(loss.steps[-1].anchor_obs.split())}", do not answer with '
                                             f'the action "{loss.steps[-1].action}"')
         assert got["pattern"].endswith("after one try, choose a different action.")
     few_left = traj("u", "l", "leave.", [("hall", "go north")] * 2, -2.0,
-                    admissible=("go north", "go south", "look"))
+                    admissible=("go north", "go south", "look"), end="hall")
     got = {c.level: c.text for c in RuleExtractor("imperative").warning(few_left, 0.5)}
     assert got["diagnostic"].startswith('At "hall", answer with one of <action>go south</action>, <action>look</action> '
                                         'instead of "go north"')
@@ -223,12 +254,17 @@ def test_imperative_pattern_reads_valid_actions_only_and_carries_no_counts(traj)
     short = loss("a", ["(+", "(+", "+"], [False, False, True])
     long = loss("b", ["(+", "+", "(+", "(+", "-"], [False, True, False, False, True])
     texts = [{c.level: c.text for c in RuleExtractor("imperative").warning(t, 0.5)} for t in (short, long)]
-    assert texts[0]["pattern"] == 'Do not spend most steps on "+" actions: that did not reach the goal.'
+    assert "pattern" not in texts[0]  # "+" moved on each time it was answered: no loop
     assert all("(+" not in text for got in texts for text in got.values())  # no invalid answer quoted
-    looped = loss("c", ["+", "(+", "+", "+"], [True, False, True, True])
-    assert {c.level: c.text for c in RuleExtractor("imperative").warning(looped, 0.5)}["pattern"].startswith(
-        'Do not repeat "+": it made no progress;')  # the same text for 3 repeats in 4 steps as for any other count
-    descriptive = {c.level: c.text for c in RuleExtractor("descriptive").warning(short, 0.5)}
+    stuck = "Target: 0\nCurrent: 3"  # "+" against the stop leaves the state as it was
+    looped = traj("u", "c", "reach the target.", [(stuck, a) for a in ["+", "(+", "+", "+"]], -4.0,
+                  valid=[True, False, True, True], admissible=("+", "-"), end=stuck)
+    twice = traj("u", "d", "reach the target.", [(stuck, "+")] * 2, -2.0, admissible=("+", "-"), end=stuck)
+    loops = [{c.level: c.text for c in RuleExtractor("imperative").warning(t, 0.5)}["pattern"] for t in (looped, twice)]
+    assert loops[0] == loops[1] and loops[0].startswith('Do not repeat "+": it made no progress;')  # no counts
+    invalid_loop = traj("u", "e", "reach the target.", [(stuck, "(+")] * 2 + [(stuck, "+")], -3.0,
+                        valid=[False, False, True], admissible=("+", "-"), end="Target: 0\nCurrent: 2")
+    descriptive = {c.level: c.text for c in RuleExtractor("descriptive").warning(invalid_loop, 0.5)}
     assert descriptive["pattern"].startswith('Repeating "(+" (2 times in 3 steps)')  # the descriptive facts stay
 
 

@@ -108,11 +108,11 @@ def test_warnings_advise_untried_actions_and_avoid_the_valid_failed_one(traj, st
     # NumberLine from 1 towards 0, answering "+" every time: stuck at 3, where the expert answers "-"
     states = ["Target: 0\nCurrent: 1", "Target: 0\nCurrent: 2", "Target: 0\nCurrent: 3", "Target: 0\nCurrent: 3"]
     loss = traj("u", "l", "reach the target.", [(s, "+") for s in states], -4.0, admissible=("+", "-"),
-                experts=["-"] * 4)
+                experts=["-"] * 4, end=states[3])
     got = advice_by_level(RuleExtractor(style).warning(loss, 0.5))
     assert got["mistake"] is None  # the failed plan shape names no state's action
-    if style == "imperative":
-        assert got["pattern"] == Advice(states[0], do=("-",), avoid=("+",), expert="-")
+    if style == "imperative":  # the loop: "+" left the stop as it was
+        assert got["pattern"] == Advice(states[2], do=("-",), avoid=("+",), expert="-")
         assert got["diagnostic"] == Advice(states[3], do=("-",), avoid=("+",), expert="-")
     else:  # "Repeating ... choose a different action" names no action; the dead end names the failed one
         assert got["pattern"] is None
@@ -134,7 +134,7 @@ def test_an_invalid_failed_answer_is_not_advised_against(traj):
 def test_imperative_prohibition_and_loops_without_untried_actions(traj):
     tried = traj("u", "l", "reach the target.", [("Target: 0\nCurrent: 3", "+"), ("Target: 0\nCurrent: 3", "-"),
                                                  ("Target: 0\nCurrent: 3", "+")], -3.0, admissible=("+", "-"),
-                 experts=["-", "-", "-"])
+                 experts=["-", "-", "-"], end="Target: 0\nCurrent: 3")
     got = advice_by_level(RuleExtractor("imperative").warning(tried, 0.5))
     assert got["pattern"] is None  # "after one try, choose a different action": no action named
     assert got["diagnostic"] == Advice("Target: 0\nCurrent: 3", avoid=("+",), expert="-")

@@ -12,10 +12,16 @@ Warning zone (a failed trajectory, score = success threshold - R, so worse failu
 * mistake: the invalid-action habit (share of invalid steps with an example; ``Candidate.habit`` ``valid_answer``:
   whether the steps keep it is checkable, recipe/forge/experience/retirement.py) or, with none, the failed plan
   shape;
-* pattern: the loop (the most repeated action, when one repeats), else the action the episode spent most on
-  (imperative: among the valid actions only, so no invalid answer is quoted; no pattern when none was valid, as
-  the mistake already says it);
-* diagnostic: the dead end (the last action and the observation it was taken at).
+* pattern: the loop, the action that most often left its state as it was (``StepRecord.next_anchor_obs`` equal to
+  its ``anchor_obs``), when it did so at least twice at one state (imperative: among the valid actions only, so no
+  invalid answer is quoted). Without a loop the descriptive wording states the action the episode spent most on;
+  the imperative one gives no pattern: repeating an action across states is how a dial is turned or a line is
+  walked, so "do not repeat it" would be advice against progress;
+* diagnostic: the dead end (the last action and the observation it was taken at). Its action is blamed only where
+  the episode shows it failed there: it left the state as it was, or the environment ended the episode at it
+  without a win. An episode cut by the step limit after an action that moved on, or a won one below the batch's
+  threshold (the median), blames nothing (the imperative wording gives no diagnostic, the descriptive one states
+  where the episode ended): that action may have been the right one.
 
 Where the environment lists the admissible actions of a state (``StepRecord.admissible_actions``) and at most
 ``MAX_UNTRIED`` of them were never taken there in the episode, the imperative loop and dead end name those
@@ -39,10 +45,10 @@ observation), the actions it says to take (``do``) and not to take (``avoid``), 
 source step (``StepRecord.expert_action``, None where the environment has none):
 
 * golden example (both wordings): do = (the decisive action,);
-* imperative loop and dead end naming untried actions: do = the untried actions, avoid = (the repeated or
-  failed action,) when that action was valid (an invalid answer is not named, and never is the expert's);
-* dead end otherwise (imperative prohibition, descriptive "led nowhere"): avoid = (the failed action,) when it
-  was valid, else no advice (nothing to check).
+* imperative loop and blamed dead end naming untried actions: do = the untried actions, avoid = (the repeated
+  or failed action,) when that action was valid (an invalid answer is not named, and never is the expert's);
+* blamed dead end otherwise (imperative prohibition, descriptive "led nowhere"): avoid = (the failed action,) when
+  it was valid, else no advice (nothing to check); a dead end that blames nothing carries none.
 
 Lessons about no one state's action (principle, method, the invalid-answer habit, the failed plan shape,
 "after one try, choose a different action", which is also every descriptive loop) carry none. A descriptive
@@ -117,6 +123,20 @@ def untried_actions(steps: Sequence[StepRecord], at: StepRecord) -> list[str]:
     tried = {one_line(s.action).lower() for s in steps if s.anchor_obs == at.anchor_obs}
     left = [a for a in at.admissible_actions if one_line(a).lower() not in tried]
     return left if len(left) <= MAX_UNTRIED else []
+
+
+def left_as_it_was(step: StepRecord) -> bool:
+    """Whether ``step``'s action left its state as it was: the observation it led to is the one it was taken at."""
+    return step.next_anchor_obs is not None and step.next_anchor_obs == step.anchor_obs
+
+
+def failed_there(traj: TrajectoryRecord) -> bool:
+    """Whether a warning-zone episode's last step shows its action failed at its state: it left the state as it
+    was, or the environment ended the episode at it (``next_anchor_obs`` None) without a win. A step limit keeps the
+    state it cut the episode at, so an action that moved on and then ran out of steps is not blamed, and neither is
+    the winning action of a won episode whose return was below the batch's threshold."""
+    last = traj.steps[-1]
+    return left_as_it_was(last) or (last.next_anchor_obs is None and not traj.success)
 
 
 def _steps(n: int) -> str:
@@ -208,7 +228,8 @@ class RuleExtractor:
             _candidate(traj, WARNING, "mistake", mistake, score, mistake_step,
                        habit="valid_answer" if not mistake_step.is_action_valid else None),
             *([_candidate(traj, WARNING, "pattern", pattern, score, loop_step, pattern_advice)] if pattern else []),
-            _candidate(traj, WARNING, "diagnostic", diagnostic, score, steps[-1], diagnostic_advice),
+            *([_candidate(traj, WARNING, "diagnostic", diagnostic, score, steps[-1], diagnostic_advice)]
+              if diagnostic else []),
         ]
 
     def _mistake(self, traj: TrajectoryRecord) -> tuple[str, StepRecord]:
@@ -237,17 +258,16 @@ class RuleExtractor:
                 "admissible action in the required format."), first
 
     def _pattern(self, steps: Sequence[StepRecord]) -> tuple[str | None, StepRecord, Advice | None]:
-        """The loop (the most repeated action, keyed at its first step), else the action the episode spent most
-        on, with its advice. The imperative wording reads the valid actions only (an invalid answer quoted next to
-        the policy's answer gets copied), names the actions not yet tried at the loop's state when there are few,
-        carries no counts (one entry per habit, whose support grows), and gives no pattern (None) when no action
-        was valid: the mistake is that habit already."""
+        """The loop (the action that most often left its state as it was, at least twice at one state, keyed at
+        its first such step), with its advice; without one, the descriptive wording's action the episode spent most
+        on and no imperative pattern (None). The imperative wording reads the valid actions only (an invalid answer
+        quoted next to the policy's answer gets copied), names the actions not yet tried at the loop's state when
+        there are few, and carries no counts (one entry per habit, whose support grows)."""
         counted = [s for s in steps if s.is_action_valid] if self.imperative else steps
-        actions = [one_line(s.action) for s in counted if s.action.strip()]
-        counts = Counter(actions)
-        repeated, times = counts.most_common(1)[0] if counts else ("", 0)
-        loop_step = next((s for s in counted if one_line(s.action) == repeated), steps[0])
+        stuck = Counter((s.anchor_obs, one_line(s.action)) for s in counted if s.action.strip() and left_as_it_was(s))
+        (state, repeated), times = stuck.most_common(1)[0] if stuck else (("", ""), 0)
         if times >= 2:
+            loop_step = next(s for s in counted if s.anchor_obs == state and one_line(s.action) == repeated)
             quoted = shorten(repeated, MAX_ACTION)
             if not self.imperative:
                 return (f"Repeating \"{quoted}\" ({times} times in {len(steps)} steps) made no progress: after one "
@@ -258,20 +278,25 @@ class RuleExtractor:
                         loop_step, None)
             return (f"Do not repeat \"{quoted}\": it made no progress; at \"{shorten(loop_step.anchor_obs)}\", answer "
                     f"with {_one_of(steps, untried)} instead."), loop_step, advice_at(loop_step, untried, (repeated,))
-        if not actions:
-            return (None if self.imperative else f"None of {len(steps)} answers was an admissible action."), loop_step, None
+        actions = [one_line(s.action) for s in counted if s.action.strip()]
+        if self.imperative or not actions:
+            return (None if self.imperative else f"None of {len(steps)} answers was an admissible action."), steps[0], None
         verb, n = Counter(map(_verb, actions)).most_common(1)[0]
-        return (f"Do not spend most steps on \"{verb}\" actions: that did not reach the goal."
-                if self.imperative else
-                f"Spending {n} of {len(steps)} steps on \"{verb}\" actions did not reach the goal."), loop_step, None
+        first = next(s for s in counted if s.action.strip() and _verb(one_line(s.action)) == verb)
+        return f"Spending {n} of {len(steps)} steps on \"{verb}\" actions did not reach the goal.", first, None
 
-    def _diagnostic(self, traj: TrajectoryRecord) -> tuple[str, Advice | None]:
-        """The dead end: the last action and the state it was taken at, with its advice. The imperative wording
-        tells the agent which actions it has not tried at that state (when there are few) instead of naming the
-        failed one as a prohibition: a prohibition puts the failed action next to the answer (the probe measures
-        both)."""
+    def _diagnostic(self, traj: TrajectoryRecord) -> tuple[str | None, Advice | None]:
+        """The dead end: the last action and the state it was taken at, with its advice, where the episode shows
+        that action failed there (:func:`failed_there`); else no imperative diagnostic (None) and a descriptive
+        one that blames nothing. The imperative wording tells the agent which actions it has not tried at that
+        state (when there are few) instead of naming the failed one as a prohibition: a prohibition puts the
+        failed action next to the answer (the probe measures both)."""
         steps, last = traj.steps, traj.steps[-1]
         task, action, state = shorten(traj.task, 100), shorten(last.action, MAX_ACTION), shorten(last.anchor_obs)
+        if not failed_there(traj):
+            return (None if self.imperative else
+                    f"\"{task}\" ended below the batch's threshold after {_steps(len(steps))} (return "
+                    f"{traj.episode_reward:g}), at \"{state}\" after the action \"{action}\"."), None
         failed = _avoided(last)
         prohibition = advice_at(last, avoid=failed) if failed else None
         if not self.imperative:
