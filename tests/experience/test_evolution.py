@@ -173,15 +173,15 @@ def test_a_repeated_action_that_moved_on_is_no_loop_and_a_step_limit_blames_no_l
     while doing so holds no loop and no dead end (the rule extractor once told "+" was a loop to break at the
     walk's first state, and the last "+" a dead end: against the expert at both)."""
     walk = ["Target: 4\nCurrent: 0", "Target: 4\nCurrent: 1", "Target: 4\nCurrent: 2"]
-    ran_out = traj("u", "l", "reach the target.", [(s, "+") for s in walk], -1.0, admissible=("+", "-"),
-                   experts=["+"] * 3, end="Target: 4\nCurrent: 3")
+    ran_out = traj("u", "l", "reach the target.", [(s, "+") for s in walk], 0.0, admissible=("+", "-"),
+                   experts=["+"] * 3, end="Target: 4\nCurrent: 3")  # every turn closer: 0 each
     imperative = RuleExtractor("imperative").warning(ran_out, 0.5)
     assert [c.level for c in imperative] == ["mistake"]  # the failed plan shape, which names no state's action
     assert all(verdict(c.advice) != "wrong" for c in imperative)
     descriptive = {c.level: c for c in RuleExtractor("descriptive").warning(ran_out, 0.5)}
     assert descriptive["pattern"].text == 'Spending 3 of 3 steps on "+" actions did not reach the goal.'
     assert descriptive["diagnostic"].text.startswith('"reach the target." ended below the batch\'s threshold after 3 '
-                                                     'steps (return -1), at "Target: 4 Current: 2" after the action "+"')
+                                                     'steps (return 0), at "Target: 4 Current: 2" after the action "+"')
     assert descriptive["diagnostic"].advice is None
     # a won episode below the batch's threshold ended at its winning action: no dead end either
     won = traj("u", "w", "reach the target.", [(walk[2], "+"), ("Target: 4\nCurrent: 3", "+")], 1.0,
@@ -191,6 +191,26 @@ def test_a_repeated_action_that_moved_on_is_no_loop_and_a_step_limit_blames_no_l
     lost = traj("u", "x", "reach the target.", [(walk[2], "-")], -1.0, admissible=("+", "-"), experts=["+"])
     diagnostic = {c.level: c for c in RuleExtractor("imperative").warning(lost, 0.5)}["diagnostic"]
     assert diagnostic.advice.avoid == ("-",) and verdict(diagnostic.advice) == "right"
+
+
+def test_a_last_move_the_environment_scored_lowest_is_a_dead_end_and_a_constant_step_cost_blames_nothing(traj):
+    """NumberLine towards 0 from 1: "+" twice (-1 each, away from the target), a lesson's "-" at the stop (0, closer),
+    then "+" again (-1) as the steps run out. The last "+" moved on, but the environment scored it lowest of the
+    episode while "-" scored higher: it is blamed, and the dead end names the expert's "-" (the walk back a
+    followed lesson starts; the rule without the score clause gave no diagnostic here)."""
+    c = ["Target: 0\nCurrent: 1", "Target: 0\nCurrent: 2", "Target: 0\nCurrent: 3"]
+    back = traj("u", "b", "reach the target.", [(c[0], "+"), (c[1], "+"), (c[2], "-"), (c[1], "+")], -3.0,
+                admissible=("+", "-"), experts=["-"] * 4, end=c[2])
+    for step, reward in zip(back.steps, (-1.0, -1.0, 0.0, -1.0)):
+        step.reward = reward
+    diagnostic = {c.level: c for c in RuleExtractor("imperative").warning(back, 0.5)}["diagnostic"]
+    assert diagnostic.key == c[1] and diagnostic.advice.avoid == ("+",) and verdict(diagnostic.advice) == "right"
+    # a step cost the same at every step (Sokoban's -0.1) scores no move below another
+    costly = traj("u", "s", "push the box.", [("room A", "left"), ("room B", "up"), ("room C", "up")], -0.3,
+                  admissible=("left", "up", "down"), end="room D")
+    for step in costly.steps:
+        step.reward = -0.1
+    assert "diagnostic" not in {c.level for c in RuleExtractor("imperative").warning(costly, 0.5)}
 
 
 def test_imperative_warnings_without_untried_actions_keep_their_plain_wording(traj):

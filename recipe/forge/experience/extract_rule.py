@@ -18,10 +18,11 @@ Warning zone (a failed trajectory, score = success threshold - R, so worse failu
   the imperative one gives no pattern: repeating an action across states is how a dial is turned or a line is
   walked, so "do not repeat it" would be advice against progress;
 * diagnostic: the dead end (the last action and the observation it was taken at). Its action is blamed only where
-  the episode shows it failed there: it left the state as it was, or the environment ended the episode at it
-  without a win. An episode cut by the step limit after an action that moved on, or a won one below the batch's
-  threshold (the median), blames nothing (the imperative wording gives no diagnostic, the descriptive one states
-  where the episode ended): that action may have been the right one.
+  the episode shows it failed there: it left the state as it was, the environment ended the episode at it without
+  a win, or scored it lowest of the episode's steps while another scored higher. An episode cut by the step limit
+  after an action that moved on and scored as well as any, or a won one below the batch's threshold (the median),
+  blames nothing (the imperative wording gives no diagnostic, the descriptive one states where the episode ended):
+  that action may have been the right one.
 
 Where the environment lists the admissible actions of a state (``StepRecord.admissible_actions``) and at most
 ``MAX_UNTRIED`` of them were never taken there in the episode, the imperative loop and dead end name those
@@ -132,11 +133,14 @@ def left_as_it_was(step: StepRecord) -> bool:
 
 def failed_there(traj: TrajectoryRecord) -> bool:
     """Whether a warning-zone episode's last step shows its action failed at its state: it left the state as it
-    was, or the environment ended the episode at it (``next_anchor_obs`` None) without a win. A step limit keeps the
-    state it cut the episode at, so an action that moved on and then ran out of steps is not blamed, and neither is
-    the winning action of a won episode whose return was below the batch's threshold."""
-    last = traj.steps[-1]
-    return left_as_it_was(last) or (last.next_anchor_obs is None and not traj.success)
+    was, the environment ended the episode at it (``next_anchor_obs`` None) without a win, or the environment scored
+    it lowest of the episode's steps while another step scored higher (a move away from the goal, where moves
+    towards it score more; a constant step cost marks nothing). A step limit keeps the state it cut the episode
+    at, so an action that moved on as well as any other step and then ran out of steps is not blamed, and neither
+    is the winning action of a won episode whose return was below the batch's threshold."""
+    last, rewards = traj.steps[-1], [s.reward for s in traj.steps]
+    return (left_as_it_was(last) or (last.next_anchor_obs is None and not traj.success)
+            or last.reward == min(rewards) < max(rewards))
 
 
 def _steps(n: int) -> str:
