@@ -126,10 +126,10 @@ def test_the_other_levels_are_the_outcome_extractors_and_its_state_levels_are_re
     rule = RuleExtractor("imperative").extract(best, worst, 0.5, batch=batch)
     mixed = credit().extract(best, worst, 0.5, batch=batch)
     kept = [c for c in rule if c.level in ("principle", "method", "mistake")]
-    assert len(kept) == 6 and [summary(c) for c in mixed[:len(kept)]] == [summary(c) for c in kept]
+    assert len(kept) == 4 and [summary(c) for c in mixed[:len(kept)]] == [summary(c) for c in kept]
     assert [summary(c) for c in mixed[len(kept):]] == [summary(c) for c in credit().state_lessons(batch)]
-    assert {c.level for c in rule} == {c.level for c in mixed} == {"principle", "method", "mistake", "example",
-                                                                    "diagnostic"}  # no loop here: no pattern
+    # no loop here, so no pattern; every answer was valid, so no imperative mistake (no failed plan shape)
+    assert {c.level for c in rule} == {c.level for c in mixed} == {"principle", "method", "example", "diagnostic"}
 
 
 def test_tied_returns_give_no_state_lesson():
@@ -245,7 +245,7 @@ def test_the_system_evolves_credit_assigned_lessons(cfg):
         (S1, pytest.approx(2.475), 4, [s1], ("+",)), (S0, pytest.approx(1.0), 2, [s0], ("+",))]
     assert [(e.key, e.advice.avoid) for e in diagnostics] == [(S1, ("-",)), (S0, ("-",))]
     assert system.library.level_entries(WARNING, "pattern") == []
-    assert system.library.level_entries(GOLDEN, "principle") and system.library.level_entries(WARNING, "mistake")
+    assert system.library.level_entries(GOLDEN, "principle")
     assert (metrics["forge/extractor_credit_states"], metrics["forge/extractor_credit_lessons"]) == (2.0, 4.0)
     # a worker's read-only copy never evolves, so it needs no returns
     assert ExperienceSystem.from_snapshot(system.snapshot()).view

@@ -11,7 +11,8 @@ Warning zone (a failed trajectory, score = success threshold - R, so worse failu
 
 * mistake: the invalid-action habit (share of invalid steps with an example; ``Candidate.habit`` ``valid_answer``:
   whether the steps keep it is checkable, recipe/forge/experience/retirement.py) or, with none, the failed plan
-  shape;
+  shape in the descriptive wording (the imperative gives no mistake then: "do not follow this failed plan shape:
+  +." names an action for no state, and a small model copies the action it names);
 * pattern: the loop, the action that most often left its state as it was (``StepRecord.next_anchor_obs`` equal to
   its ``anchor_obs``), when it did so at least twice at one state (imperative: among the valid actions only, so no
   invalid answer is quoted). Without a loop the descriptive wording states the action the episode spent most on;
@@ -26,9 +27,11 @@ Warning zone (a failed trajectory, score = success threshold - R, so worse failu
 
 Where the environment lists the admissible actions of a state (``StepRecord.admissible_actions``) and at most
 ``MAX_UNTRIED`` of them were never taken there in the episode, the imperative loop and dead end name those
-untried actions ("answer with <action>-</action> instead of ..."): a failure's lesson points at what is left to
-explore there. The imperative invalid-action habit names the admissible actions instead of quoting the invalid
-answer.
+untried actions (the dead end: "answer with <action>-</action> instead of ..."; the loop: "At "<obs>", answer with
+<action>-</action>: repeating another answer here made no progress.", which leads with the state and the action
+to take and quotes no repeated action, since a policy that answers one action everywhere copies the action a text
+quotes first): a failure's lesson points at what is left to explore there. The imperative invalid-action habit
+names the admissible actions instead of quoting the invalid answer.
 
 Two wordings (``lesson_style``): ``descriptive`` says what happened (``At "<obs>", the action "<a>" moved the
 task forward.``); ``imperative`` tells the agent what to do and names the action for the state it quotes, in
@@ -229,16 +232,16 @@ class RuleExtractor:
         pattern, loop_step, pattern_advice = self._pattern(steps)
         diagnostic, diagnostic_advice = self._diagnostic(traj)
         return [
-            _candidate(traj, WARNING, "mistake", mistake, score, mistake_step,
-                       habit="valid_answer" if not mistake_step.is_action_valid else None),
+            *([_candidate(traj, WARNING, "mistake", mistake, score, mistake_step,
+                          habit="valid_answer" if not mistake_step.is_action_valid else None)] if mistake else []),
             *([_candidate(traj, WARNING, "pattern", pattern, score, loop_step, pattern_advice)] if pattern else []),
             *([_candidate(traj, WARNING, "diagnostic", diagnostic, score, steps[-1], diagnostic_advice)]
               if diagnostic else []),
         ]
 
-    def _mistake(self, traj: TrajectoryRecord) -> tuple[str, StepRecord]:
-        """The invalid-action habit (keyed at the first invalid step), else the failed plan shape (first step).
-        The imperative wording names the admissible actions instead of quoting an invalid answer (a small model
+    def _mistake(self, traj: TrajectoryRecord) -> tuple[str | None, StepRecord]:
+        """The invalid-action habit (keyed at the first invalid step), else the descriptive wording's failed plan
+        shape (first step) and no imperative mistake (None). The imperative wording names the admissible actions instead of quoting an invalid answer (a small model
         copies what it reads next to its answer, garbage included), in the answer format the episode's valid
         answers used where it has one (``Answer with one of <action>+</action>, <action>-</action>.``: the probe's
         ``habit_valid_gap``), and carries no counts, so that the habit is one entry whose support grows instead of
@@ -247,8 +250,7 @@ class RuleExtractor:
         invalid = [s for s in steps if not s.is_action_valid]
         if not invalid:
             shape = " -> ".join(_verbs(steps))
-            return (f"For {_kind(traj)}, do not follow this failed plan shape: {shape}." if self.imperative
-                    else f"For {_kind(traj)}, this plan shape failed: {shape}."), steps[0]
+            return (None if self.imperative else f"For {_kind(traj)}, this plan shape failed: {shape}."), steps[0]
         first = invalid[0]
         if self.imperative:
             listed = first.admissible_actions
@@ -280,8 +282,8 @@ class RuleExtractor:
             if not untried:
                 return (f"Do not repeat \"{quoted}\": it made no progress; after one try, choose a different action.",
                         loop_step, None)
-            return (f"Do not repeat \"{quoted}\": it made no progress; at \"{shorten(loop_step.anchor_obs)}\", answer "
-                    f"with {_one_of(steps, untried)} instead."), loop_step, advice_at(loop_step, untried, (repeated,))
+            return (f"At \"{shorten(loop_step.anchor_obs)}\", answer with {_one_of(steps, untried)}: repeating another "
+                    "answer here made no progress."), loop_step, advice_at(loop_step, untried, (repeated,))
         actions = [one_line(s.action) for s in counted if s.action.strip()]
         if self.imperative or not actions:
             return (None if self.imperative else f"None of {len(steps)} answers was an admissible action."), steps[0], None
