@@ -10,7 +10,9 @@ measured:
 * ``wrong``: the same entry naming the other action;
 * ``warning``: one warning ``diagnostic`` entry in the rule extractor's wording, from a failed episode that
   answered the other action at this state (the state lists its admissible actions, so the imperative wording
-  names the action left untried there).
+  names the action left untried there);
+* ``loop``: one warning ``pattern`` entry in the rule extractor's wording, from a failed episode that answered the
+  other action twice at this state and stayed there (the loop of a policy that answers one action everywhere).
 
 And the answer format: ``p_valid`` is the probability that the answer is any admissible action, with no lesson
 (``none``) and with the invalid-answer ``habit`` (the warning ``mistake`` of an episode that answered once in the
@@ -19,7 +21,8 @@ format, then invalidly); ``habit_valid_gap`` = P(valid | habit) - P(valid | none
 A model that uses the library puts more mass on the expert action with ``right`` than with ``wrong``:
 ``uses_library_gap`` = P(expert | right) - P(expert | wrong), 0 for a model that ignores the lesson;
 ``uses_warning_gap`` = P(expert | warning) - P(expert | none) says whether a failure's lesson moves the
-policy towards what is left to try; ``habit_valid_gap`` whether the habit's lesson keeps the answer format. Every
+policy towards what is left to try, ``uses_loop_gap`` = P(expert | loop) - P(expert | none) the same for the loop's
+lesson; ``habit_valid_gap`` whether the habit's lesson keeps the answer format. Every
 placement (``algorithm.forge.injection``: system, user_prefix, user_suffix) x lesson style
 (``algorithm.forge.lesson_style``: descriptive, imperative) is measured and listed in ``table``;
 ``uses_library_gap`` and ``p_expert`` are those of the run's own settings (``settings``). The answer's
@@ -121,6 +124,19 @@ def rule_diagnostic(observation: str, failed: str, admissible: list[str], lesson
     return next(c.text for c in RuleExtractor(lesson_style).warning(traj, 0.0) if c.level == "diagnostic")
 
 
+def rule_loop(observation: str, repeated: str, admissible: list[str], lesson_style: str = "descriptive") -> str:
+    """The rule extractor's warning ``pattern`` text for a failure that answered ``<action>{repeated}</action>`` twice
+    at ``observation`` and stayed there, where the environment listed ``admissible``."""
+    from dataclasses import replace
+
+    from recipe.forge.experience.extract_rule import RuleExtractor
+
+    traj = one_step_episode(observation, repeated, -1.0, tuple(admissible))
+    stuck = replace(traj.steps[0], next_anchor_obs=observation, done=False)
+    traj = replace(traj, steps=[stuck, replace(stuck, step=1, done=True)], episode_reward=-2.0, length=2)
+    return next(c.text for c in RuleExtractor(lesson_style).warning(traj, 0.0) if c.level == "pattern")
+
+
 def rule_mistake(observation: str, admissible: list[str], lesson_style: str = "descriptive") -> str:
     """The rule extractor's warning ``mistake`` text for a failure that answered ``<action>{admissible[0]}</action>``
     and then an invalid answer at ``observation``: the invalid-answer habit, as the library holds it in training."""
@@ -191,6 +207,10 @@ def probe(settings: ProbeSettings, states: int, tiny: bool = False) -> dict:
         return rendered(style, ExperienceEntry(0, rule_diagnostic(anchor, failed, actions, style), WARNING,
                                                "diagnostic", 1.0, "", None, anchor, []))
 
+    def loop(anchor: str, repeated: str, actions: list[str], style: str) -> str:
+        return rendered(style, ExperienceEntry(0, rule_loop(anchor, repeated, actions, style), WARNING, "pattern",
+                                               1.0, "", None, anchor, []))
+
     def habit(anchor: str, actions: list[str], style: str) -> str:
         return rendered(style, ExperienceEntry(0, rule_mistake(anchor, actions, style), WARNING, "mistake", 1.0, "",
                                                None, anchor, []))
@@ -199,24 +219,26 @@ def probe(settings: ProbeSettings, states: int, tiny: bool = False) -> dict:
     valid_none = [answer_probability(prompt, actions, "", "system") for prompt, _, actions in seen.values()]
     table = []
     for placement, style in itertools.product(INJECTIONS, LESSON_STYLES):
-        right, wrong, warned, habits = [], [], [], []
+        right, wrong, warned, looped, habits = [], [], [], [], []
         for anchor, (prompt, expert, actions) in seen.items():
             other = next(a for a in actions if a != expert)
             right.append(expert_probability(prompt, expert, lesson(anchor, expert, style), placement))
             wrong.append(expert_probability(prompt, expert, lesson(anchor, other, style), placement))
             warned.append(expert_probability(prompt, expert, warning(anchor, other, actions, style), placement))
+            looped.append(expert_probability(prompt, expert, loop(anchor, other, actions, style), placement))
             habits.append(answer_probability(prompt, actions, habit(anchor, actions, style), placement))
         p = {"none": statistics.fmean(none), "right": statistics.fmean(right), "wrong": statistics.fmean(wrong),
-             "warning": statistics.fmean(warned)}
+             "warning": statistics.fmean(warned), "loop": statistics.fmean(looped)}
         valid = {"none": statistics.fmean(valid_none), "habit": statistics.fmean(habits)}
         table.append({"injection": placement, "lesson_style": style, "p_expert": p,
                       "uses_library_gap": p["right"] - p["wrong"], "uses_warning_gap": p["warning"] - p["none"],
+                      "uses_loop_gap": p["loop"] - p["none"],
                       "p_valid": valid, "habit_valid_gap": valid["habit"] - valid["none"]})
     own = next(r for r in table if (r["injection"], r["lesson_style"]) == (settings.injection, settings.lesson_style))
     best = max(table, key=lambda r: r["uses_library_gap"])
     return {"model": "tiny-random-llama" if tiny else settings.model, "env": settings.env_name, "states": len(seen),
             "settings": settings.__dict__, "p_expert": own["p_expert"], "uses_library_gap": own["uses_library_gap"],
-            "uses_warning_gap": own["uses_warning_gap"], "p_valid": own["p_valid"],
+            "uses_warning_gap": own["uses_warning_gap"], "uses_loop_gap": own["uses_loop_gap"], "p_valid": own["p_valid"],
             "habit_valid_gap": own["habit_valid_gap"],
             "best": {"injection": best["injection"], "lesson_style": best["lesson_style"],
                      "uses_library_gap": best["uses_library_gap"]},

@@ -28,6 +28,13 @@ def test_the_warning_is_the_rule_extractors_diagnostic_for_a_failure_at_that_sta
         'the last action "+" at "Target: 2 Current: 3" led nowhere.')
 
 
+def test_the_loop_is_the_rule_extractors_pattern_for_an_answer_that_left_the_state_as_it_was(probe_module):
+    assert probe_module.rule_loop("Target: 2\nCurrent: 3", "+", ["+", "-"], "imperative") == (
+        'At "Target: 2 Current: 3", answer with <action>-</action>: repeating another answer here made no progress.')
+    assert probe_module.rule_loop("Target: 2\nCurrent: 3", "+", ["+", "-"]).startswith(
+        'Repeating "+" (2 times in 2 steps) made no progress')
+
+
 def test_the_habit_is_the_rule_extractors_mistake_for_an_invalid_answer(probe_module):
     assert probe_module.rule_mistake("Target: 2\nCurrent: 3", ["+", "-"], "imperative") == (
         "Answer with one of <action>+</action>, <action>-</action>.")
@@ -58,6 +65,7 @@ def test_tiny_model_probe_measures_every_placement_and_style(probe_module):
         assert row["uses_library_gap"] == pytest.approx(p["right"] - p["wrong"])
         assert p["warning"] != p["none"]
         assert row["uses_warning_gap"] == pytest.approx(p["warning"] - p["none"])
+        assert p["loop"] != p["none"] and row["uses_loop_gap"] == pytest.approx(p["loop"] - p["none"])
         valid = row["p_valid"]
         assert p["none"] < valid["none"] <= 1.0  # the expert is one of the admissible answers, and not the only one
         assert valid["habit"] != valid["none"] and row["habit_valid_gap"] == pytest.approx(valid["habit"] - valid["none"])
