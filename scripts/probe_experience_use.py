@@ -238,7 +238,8 @@ def probe(settings: ProbeSettings, states: int, tiny: bool = False) -> dict:
     best = max(table, key=lambda r: r["uses_library_gap"])
     return {"model": "tiny-random-llama" if tiny else settings.model, "env": settings.env_name, "states": len(seen),
             "settings": settings.__dict__, "p_expert": own["p_expert"], "uses_library_gap": own["uses_library_gap"],
-            "uses_warning_gap": own["uses_warning_gap"], "uses_loop_gap": own["uses_loop_gap"], "p_valid": own["p_valid"],
+            "uses_warning_gap": own["uses_warning_gap"], "uses_loop_gap": own["uses_loop_gap"],
+            "p_valid": own["p_valid"],
             "habit_valid_gap": own["habit_valid_gap"],
             "best": {"injection": best["injection"], "lesson_style": best["lesson_style"],
                      "uses_library_gap": best["uses_library_gap"]},

@@ -8,7 +8,8 @@ preset's tasks x copies, or ``--tasks``) goes through the library's own evolutio
 extractor around it (``lesson_credit: step``), in the preset's lesson style, with the preset's gamma,
 invalid-action penalty, step value and step groups. Every candidate that names an action for a state is checked
 against the expert at that state (``lesson_quality.verdict``); per credit mode and level the script reports
-right / checked and the precision. No model, no update: seconds per setting, so the mode can be chosen before a training run.
+right / checked and the precision. No model, no update: seconds per setting, so the mode can be chosen before a
+training run.
 
     python scripts/probe_lesson_credit.py --p 0.3 0.5 0.7 0.9 --json
     python scripts/probe_lesson_credit.py --preset dial_lock_job --p 0.5 --json

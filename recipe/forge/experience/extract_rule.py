@@ -241,8 +241,9 @@ class RuleExtractor:
 
     def _mistake(self, traj: TrajectoryRecord) -> tuple[str | None, StepRecord]:
         """The invalid-action habit (keyed at the first invalid step), else the descriptive wording's failed plan
-        shape (first step) and no imperative mistake (None). The imperative wording names the admissible actions instead of quoting an invalid answer (a small model
-        copies what it reads next to its answer, garbage included), in the answer format the episode's valid
+        shape (first step) and no imperative mistake (None). The imperative wording names the admissible actions
+        instead of quoting an invalid answer (a small model copies what it reads next to its answer, garbage
+        included), in the answer format the episode's valid
         answers used where it has one (``Answer with one of <action>+</action>, <action>-</action>.``: the probe's
         ``habit_valid_gap``), and carries no counts, so that the habit is one entry whose support grows instead of
         one entry per count."""
@@ -286,7 +287,8 @@ class RuleExtractor:
                     "answer here made no progress."), loop_step, advice_at(loop_step, untried, (repeated,))
         actions = [one_line(s.action) for s in counted if s.action.strip()]
         if self.imperative or not actions:
-            return (None if self.imperative else f"None of {len(steps)} answers was an admissible action."), steps[0], None
+            none_valid = f"None of {len(steps)} answers was an admissible action."
+            return (None if self.imperative else none_valid), steps[0], None
         verb, n = Counter(map(_verb, actions)).most_common(1)[0]
         first = next(s for s in counted if s.action.strip() and _verb(one_line(s.action)) == verb)
         return f"Spending {n} of {len(steps)} steps on \"{verb}\" actions did not reach the goal.", first, None
