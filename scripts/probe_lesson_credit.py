@@ -64,7 +64,8 @@ def probe(cfg, p: float, invalid: float, iterations: int, seed: int) -> dict:
     collector = TrajectoryCollector(progress=False)
     extractors = {"outcome": RuleExtractor(forge.lesson_style),
                   "step": step_credit(RuleExtractor(forge.lesson_style), forge.lesson_style, algorithm.gamma,
-                                      algorithm.invalid_action_penalty_coef, forge.step_value, forge.step_groups)}
+                                      algorithm.invalid_action_penalty_coef, forge.step_value, forge.step_groups,
+                                      forge.step_state)}
     totals = {mode: {} for mode in extractors}
     successes = 0.0
     try:

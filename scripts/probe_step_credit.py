@@ -8,7 +8,8 @@ with the observation index of the environment's forge settings assigning each st
 empty) and through the step-sample core and estimator they train with (recipe/forge/step_samples.py:
 ``step_inputs`` and ``samples_advantage`` with zero episode scores, so the advantage is the step part alone), once
 per variant of the step part (:data:`VARIANTS`). Per environment and variant, over every state (one anchor
-observation of one task group; ALFWorld's "Nothing happens." is the state it was said in:
+observation of one task group, told apart by the environment's hidden state where it reports one: ALFWorld's
+observation does not say what the agent holds; its "Nothing happens." is the state it was said in:
 ``env.alfworld.nothing_happens_anchor``):
 
 * ``precision``: at the states where the expert's action and another valid action were both taken, the share where
@@ -54,7 +55,7 @@ ENVIRONMENTS: dict[str, tuple[tuple[str, ...], int, int]] = {
     "webshop": (("env.env_name=webshop",), 4, 4),
     "search": (("env.env_name=search",), 8, 4),
 }
-PAPER = {"step_value": "return", "step_groups": "cluster", "mode": "mean_norm"}
+PAPER = {"step_value": "return", "step_groups": "cluster", "mode": "mean_norm", "step_state": "observation"}
 # variant -> its step-part settings (algorithm.forge), each a change of the paper's
 VARIANTS: dict[str, dict[str, str]] = {
     "paper": PAPER,
@@ -63,6 +64,10 @@ VARIANTS: dict[str, dict[str, str]] = {
     "first_visit": {**PAPER, "step_groups": "first_visit"},
     "next_state": {**PAPER, "step_value": "next_state"},
     "best_next_state": {**PAPER, "step_value": "best_next_state"},
+    # the same three step values over the environment's states (step_state=environment)
+    "paper_hidden": {**PAPER, "step_state": "environment"},
+    "next_state_hidden": {**PAPER, "step_value": "next_state", "step_state": "environment"},
+    "best_next_state_hidden": {**PAPER, "step_value": "best_next_state", "step_state": "environment"},
 }
 
 
@@ -144,7 +149,8 @@ def step_parts(steps: list, episodes: dict, algorithm: Any, variant: dict[str, s
 
 
 def step_table(steps: list, part: np.ndarray, batch: int) -> pd.DataFrame:
-    """One row per step: its state (batch, uid, anchor observation), action class and turn, and its step part."""
+    """One row per step: its state (batch, uid, hidden state, anchor observation), action class and turn, and its
+    step part."""
     from recipe.forge.experience.lesson_quality import normalise
 
     def kind(step) -> str:
@@ -155,7 +161,7 @@ def step_table(steps: list, part: np.ndarray, batch: int) -> pd.DataFrame:
         return "other"
 
     return pd.DataFrame({
-        "state": [f"{batch}|{s.uid}|{s.anchor_obs}" for s in steps],
+        "state": [f"{batch}|{s.uid}|{s.hidden_state}|{s.anchor_obs}" for s in steps],
         "action": [normalise(s.action) if s.is_action_valid else "<invalid>" for s in steps],
         "kind": [kind(s) for s in steps], "turn": [s.step for s in steps], "advantage": part,
     })

@@ -7,7 +7,10 @@ How to add an environment (e.g. ``env_package/myenv/``)
    ``reset(seed) -> (obs, info)`` and ``step(action_text) -> (obs, reward, terminated, truncated, info)``.
    ``obs`` is text. ``info`` carries at least ``won`` (bool), ``task`` (the episode's task description) and
    ``task_type`` (str or None); ``admissible_actions`` (list[str]) where the environment has them; ``image``
-   (HxWx3 uint8 numpy array) in image mode. The same seed must give the same episode: the G copies of a
+   (HxWx3 uint8 numpy array) in image mode; ``hidden_state`` (str) where the observation does not identify the
+   state: what it leaves out, equal for equal states (ALFWorld: a digest of its facts; the observation does not say
+   what the agent holds), which step groups can tell states apart by (``step_state=environment``; a manager may
+   override ``hidden_state`` instead). The same seed must give the same episode: the G copies of a
    task share one seed, and that is what makes them a group. Optionally implement ``expert_action()``
    (the action a scripted expert would take now, in the environment's own action language) so that
    ``scripts/bench_envs.py --policy expert`` and the tests can drive it, and so that every step record carries
@@ -170,6 +173,7 @@ class EnvironmentManagerBase:
         self.won = np.zeros(n, dtype=bool)
         self.terminated = np.zeros(n, dtype=bool)  # the environment (not a step limit) ended the episode
         self.state_anchors: list[str] = [""] * n  # each environment's anchor: its state's observation (keeps_state)
+        self.hidden_states: list[str] = [""] * n  # what that observation leaves out of the state (info hidden_state)
         self.last_obs: list[str] = [""] * n
         self.last_info: list[dict[str, Any]] = [{} for _ in range(n)]
         self.failure_reason: list[str | None] = [None] * n
@@ -199,6 +203,7 @@ class EnvironmentManagerBase:
             self.last_obs[i] = res.obs
             self.last_info[i] = res.info
             self.state_anchors[i] = self.anchor_observation(res.obs, res.info)
+            self.hidden_states[i] = self.hidden_state(res.obs, res.info)
             reason = res.info.get("failure_reason")
             self.active[i] = reason is None
             self.failure_reason[i] = reason
@@ -250,6 +255,7 @@ class EnvironmentManagerBase:
             self.last_info[i] = info
             if not self.keeps_state(res.obs, info):
                 self.state_anchors[i] = self.anchor_observation(self.last_obs[i], info)
+                self.hidden_states[i] = self.hidden_state(self.last_obs[i], info)
             if res.done or reason is not None or self.step_count[i] >= self.max_steps:
                 self.active[i] = False
         return self.active_observations(), rewards, ~self.active, list(self.last_info)
@@ -260,6 +266,16 @@ class EnvironmentManagerBase:
         group, its cluster, its retrieval query) is a state, not an answer shared by every state. The prompt and
         the history still show ``obs``. Default: every observation shows its state."""
         return False
+
+    def hidden_state(self, obs: str, info: Mapping[str, Any]) -> str:
+        """What ``obs`` leaves out of its state, equal for equal states: the environment's ``info["hidden_state"]``,
+        "" where it reports none (the observation shows the whole state)."""
+        return str(info.get("hidden_state", ""))
+
+    def hidden_state_of(self, indices: Sequence[int]) -> list[str]:
+        """The hidden state (:meth:`hidden_state`) of the state each of ``indices`` is in: asked before a step, the
+        state it acts on; after it, the state it reached (kept where :meth:`keeps_state`)."""
+        return [self.hidden_states[i] for i in indices]
 
     def next_anchors(self, indices: Sequence[int]) -> list[str | None]:
         """The anchor each of ``indices`` reached with its last step (what the next step's anchor is, or would

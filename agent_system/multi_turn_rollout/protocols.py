@@ -136,6 +136,10 @@ class StepRecord:
     # before where the environment says its answer left the state as it was, e.g. ALFWorld's "Nothing happens.");
     # None where the environment ended the episode. A step limit does not: the state it cut the episode at is kept
     next_anchor_obs: str | None = None
+    # what the environment says its observation leaves out of the state (info "hidden_state", "" where it reports
+    # none): of the state the step acted on, and of the state it led to (EnvironmentManagerBase.hidden_state_of)
+    hidden_state: str = ""
+    next_hidden_state: str = ""
 
 
 @runtime_checkable

@@ -220,6 +220,7 @@ class TrajectoryCollector:
             prepared = [self.prompt_budget.fit(p, prompt, image) for p, prompt, image in zip(prepared, prompts, images)]
         report_shown(provider, prepared)
         experts = envs.recorded_expert_actions(idx)  # at the state acted on, before the environment steps
+        hidden = envs.hidden_state_of(idx)
         messages = [p.messages for p in prepared]
         if streams is None:
             outputs = generator.generate(messages, sampling)
@@ -233,8 +234,10 @@ class TrajectoryCollector:
             actions[i] = response_text(out)
         next_obs, rewards, dones, infos = envs.step(actions)
         nexts = envs.next_anchors(idx)
-        records = [finish_step(p, out, rewards[i], dones[i], infos[i], expert, next_anchor)
-                   for i, p, out, expert, next_anchor in zip(idx, prepared, outputs, experts, nexts)]
+        records = [finish_step(p, out, rewards[i], dones[i], infos[i], expert, next_anchor, hidden_state=before,
+                               next_hidden_state=after)
+                   for i, p, out, expert, next_anchor, before, after
+                   in zip(idx, prepared, outputs, experts, nexts, hidden, envs.hidden_state_of(idx))]
         return records, next_obs
 
 

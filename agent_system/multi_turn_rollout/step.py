@@ -88,12 +88,15 @@ def response_text(output: GenerationOutput) -> str:
 
 def finish_step(prepared: PreparedStep, output: GenerationOutput, reward: float, done: bool,
                 info: dict[str, Any], expert_action: str | None = None,
-                next_anchor_obs: str | None = None) -> StepRecord:
+                next_anchor_obs: str | None = None, *, hidden_state: str = "",
+                next_hidden_state: str = "") -> StepRecord:
     """The StepRecord of a generated and applied step; ``reward``, ``done`` and ``info`` are the environment's
     answer to :func:`response_text` of ``output`` (``info`` gives the projected ``action`` and
     ``is_action_valid``; its ``image`` is not kept); ``expert_action`` is the environment's expert action at the
     state the step acted on (None: it has none); ``next_anchor_obs`` the raw observation the step led to (the
-    manager's ``next_anchors``: None where the environment ended the episode). The expert never reaches the step's query: retrieval and the
+    manager's ``next_anchors``: None where the environment ended the episode); ``hidden_state`` and
+    ``next_hidden_state`` what the environment's observations leave out of those two states (the manager's
+    ``hidden_state_of`` before and after the step; "" where it reports none). The expert never reaches the step's query: retrieval and the
     policy do not see it, only the record does (lesson quality, the oracle extractor)."""
     query, experience = prepared.query, prepared.experience
     kept = {k: v for k, v in info.items() if k not in INFO_DROP}
@@ -123,4 +126,6 @@ def finish_step(prepared: PreparedStep, output: GenerationOutput, reward: float,
         policy_version_last=None if output.policy_versions is None else int(output.policy_versions[1]),
         library_version=experience.library_version,
         next_anchor_obs=next_anchor_obs,
+        hidden_state=hidden_state,
+        next_hidden_state=next_hidden_state,
     )

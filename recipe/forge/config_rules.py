@@ -29,6 +29,9 @@ GIGPO_STEP_GROUPS = ("anchor", "anchor_and_turn", "first_visit")
 # step values: the discounted return from the step on (the paper's, GiGPO's), or the reward plus the next state's
 # mean / best value over the task group's steps (recipe/forge/step_samples.py step_values)
 STEP_VALUES = ("return", "next_state", "best_next_state")
+# step states: what the observation shows (the paper's, GiGPO's), or that and what the environment says it leaves out
+# (its hidden_state; recipe/forge/step_samples.py with_hidden_state)
+STEP_STATES = ("observation", "environment")
 RETRIEVAL_MODES = ("observation", "task", "hybrid", "clustered")
 DIVERGENCES = ("kl", "reverse_kl", "jsd")
 EXTRACTORS = ("rule", "llm", "oracle")  # oracle: expert-action lessons, the ceiling (measurement only)
@@ -44,6 +47,7 @@ class GiGPOValues:
     episode_norm_over: str = "steps"
     step_groups: str = "anchor"
     step_value: str = "return"
+    step_state: str = "observation"
     enable_similarity: bool = False
     similarity_thresh: float = 0.95
 
@@ -54,6 +58,7 @@ class GiGPOValues:
         check_choice(f"{p}.episode_norm_over", self.episode_norm_over, EPISODE_NORM_OVER)
         check_choice(f"{p}.step_groups", self.step_groups, GIGPO_STEP_GROUPS)
         check_choice(f"{p}.step_value", self.step_value, STEP_VALUES)
+        check_choice(f"{p}.step_state", self.step_state, STEP_STATES)
         check_range(f"{p}.similarity_thresh", self.similarity_thresh, 0.0, 1.0)
 
 
@@ -67,6 +72,7 @@ class ForgeValues:
     episode_norm_over: str = "steps"
     step_groups: str = "cluster"
     step_value: str = "next_state"  # beyond the paper (the paper: return); scripts/probe_step_credit.py
+    step_state: str = "environment"  # beyond the paper (the paper: observation); scripts/probe_step_credit.py
     enable_similarity: bool = False
     similarity_thresh: float = 0.95
     golden_capacity_per_level: int = 100
@@ -111,6 +117,7 @@ class ForgeValues:
         check_choice(f"{p}.episode_norm_over", self.episode_norm_over, EPISODE_NORM_OVER)
         check_choice(f"{p}.step_groups", self.step_groups, FORGE_STEP_GROUPS)
         check_choice(f"{p}.step_value", self.step_value, STEP_VALUES)
+        check_choice(f"{p}.step_state", self.step_state, STEP_STATES)
         check_range(f"{p}.similarity_thresh", self.similarity_thresh, 0.0, 1.0)
         if self.enable_similarity or self.similarity_thresh != 0.95:
             raise ConfigError(

@@ -3,7 +3,7 @@
 verl's generic ``compute_advantage`` passes only token_level_rewards, response_mask, index (uid) and config. The
 step-level estimators need the batch's steps: a :class:`recipe.forge.step_samples.StepSamples` as the keyword
 ``step_samples``, or the non-tensor batch verl forwards holding one column per StepSamples field but ``uid`` (verl's
-``index`` is the task group), as SLEA-RL's trainers build them. Both entries then compute exactly as the engines do:
+``index`` is the task group; the hidden-state columns may be left out), as SLEA-RL's trainers build them. Both entries then compute exactly as the engines do:
 :func:`recipe.forge.step_samples.step_inputs` (states, step groups and step values by the estimator's section, every
 rule included) and :func:`recipe.forge.step_samples.step_advantage`.
 """
@@ -18,13 +18,14 @@ import numpy as np
 from recipe.forge.step_samples import StepSamples, samples_advantage, step_inputs
 
 SAMPLE_COLUMNS = tuple(f.name for f in fields(StepSamples) if f.name != "uid")
+OPTIONAL_COLUMNS = ("hidden_state", "next_hidden_state")  # absent: "" (the environment reports no hidden state)
 
 
 def _samples(kwargs: dict, index: Any, estimator: str) -> StepSamples:
     samples = kwargs.get("step_samples")
     if samples is None:
         batch = kwargs.get("non_tensor_batch") or {}
-        missing = [name for name in SAMPLE_COLUMNS if name not in batch]
+        missing = [name for name in SAMPLE_COLUMNS if name not in batch and name not in OPTIONAL_COLUMNS]
         if missing:
             raise ValueError(
                 f"advantage estimator {estimator!r} needs the batch's steps (step_samples=StepSamples, or the "
@@ -32,7 +33,7 @@ def _samples(kwargs: dict, index: Any, estimator: str) -> StepSamples:
                 "(trainer.engine=local or verl with the forge trainer), which pass them"
             )
         samples = StepSamples(uid=np.asarray(index, dtype=object),
-                              **{name: np.asarray(batch[name]) for name in SAMPLE_COLUMNS})
+                              **{name: np.asarray(batch[name]) for name in SAMPLE_COLUMNS if name in batch})
     if index is not None:
         samples = replace(samples, uid=np.asarray(index, dtype=object))  # verl's task groups
     return samples

@@ -11,7 +11,9 @@ the forge agent loop wrote from its StepRecords, read back as StepRecords by the
   by the estimator's section of the config:
 
   - the **state** of a step (:func:`state_keys`): ``forge``'s observation cluster (the cluster that drove
-    retrieval), ``gigpo``'s anchor observation (or its similarity cluster);
+    retrieval), ``gigpo``'s anchor observation (or its similarity cluster); with ``step_state=environment`` told
+    apart further by what the environment says the observation leaves out (its ``hidden_state``: ALFWorld's
+    observation does not say what the agent holds);
   - its **step group** (:func:`step_group_keys`, ``step_groups``): the steps of one task group at one state (the
     paper's and GiGPO's), at one state and one turn, or at one state but a trajectory's first visit only;
   - its **value** (:func:`step_values`, ``step_value``): the discounted return from the step on (the paper's and
@@ -58,6 +60,8 @@ from recipe.forge.core_forge import (
 )
 
 STEP_ESTIMATORS = ("forge", "gigpo")
+# step_state: a state is what the observation shows (the paper's, GiGPO's), or that and the environment's hidden state
+STEP_STATES = ("observation", "environment")
 # step_value: the paper's discounted return, or the reward plus the next state's mean / best value
 STEP_VALUES = {"return": None, "next_state": "mean", "best_next_state": "best"}
 # step_groups per estimator: one state (its cluster / anchor), one state at one turn, first visits only
@@ -81,6 +85,9 @@ class StepSamples:
         cluster_id: object (int or None), the observation cluster that drove retrieval.
         episode_return: float64, the episode's summed reward.
         success: bool, the episode was won.
+        hidden_state: object (str), what the environment says the anchor observation leaves out of the state ("":
+            nothing, or it reports no hidden state); default all "".
+        next_hidden_state: object (str), the same of the state the action led to; default all "".
     """
 
     uid: np.ndarray
@@ -93,6 +100,13 @@ class StepSamples:
     cluster_id: np.ndarray
     episode_return: np.ndarray
     success: np.ndarray
+    hidden_state: np.ndarray | None = None
+    next_hidden_state: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_state", "next_hidden_state"):
+            if getattr(self, name) is None:
+                setattr(self, name, object_array([""] * len(self.traj_uid)))
 
     def __len__(self) -> int:
         return len(self.traj_uid)
@@ -118,6 +132,8 @@ class StepSamples:
             cluster_id=object_array([r.cluster_id for r in records]),
             episode_return=np.array([episode_return[t] for t in traj_uid], dtype=np.float64),
             success=np.array([success[t] for t in traj_uid], dtype=bool),
+            hidden_state=object_array([r.hidden_state for r in records]),
+            next_hidden_state=object_array([r.next_hidden_state for r in records]),
         )
 
 
@@ -166,18 +182,31 @@ def step_returns(samples: StepSamples, gamma: float, penalty_coef: float) -> np.
 
 
 def state_keys(samples: StepSamples, estimator: str, settings: Any) -> np.ndarray:
-    """(n,) object: the state each step was taken in, as ``estimator`` sees states: ``forge``'s observation cluster
-    (every step must have one: :func:`check_cluster_ids`), ``gigpo``'s anchor observation, or its similarity
-    cluster within the task group with ``enable_similarity``."""
+    """(n,) the state each step was taken in, as ``estimator`` sees states: ``forge``'s observation cluster (every
+    step must have one: :func:`check_cluster_ids`), ``gigpo``'s anchor observation, or its similarity cluster within
+    the task group with ``enable_similarity``; with ``step_state=environment``, that and the step's hidden state
+    (int64 codes of the pairs: two steps at one observation in different hidden states are in different states)."""
     if estimator == "forge":
         check_cluster_ids(samples.cluster_id)
-        return samples.cluster_id
-    if estimator == "gigpo":
-        if not bool(section_value(settings, "enable_similarity")):
-            return samples.anchor_obs
-        clusters = similarity_step_groups(samples.anchor_obs, samples.uid, float(section_value(settings, "similarity_thresh")))
-        return clusters
-    raise ValueError(f"{estimator!r} is not a step-level estimator; choose one of {STEP_ESTIMATORS}")
+        states = samples.cluster_id
+    elif estimator == "gigpo":
+        states = samples.anchor_obs
+        if bool(section_value(settings, "enable_similarity")):
+            states = similarity_step_groups(samples.anchor_obs, samples.uid,
+                                            float(section_value(settings, "similarity_thresh")))
+    else:
+        raise ValueError(f"{estimator!r} is not a step-level estimator; choose one of {STEP_ESTIMATORS}")
+    return with_hidden_state(states, samples.hidden_state, str(section_value(settings, "step_state")))
+
+
+def with_hidden_state(states: np.ndarray, hidden: np.ndarray, step_state: str) -> np.ndarray:
+    """(n,) ``states`` as they are (``step_state=observation``), or int64 codes of the pairs (state, hidden state)
+    (``environment``)."""
+    if step_state not in STEP_STATES:
+        raise ValueError(f"step_state={step_state!r}; choose one of {list(STEP_STATES)}")
+    if step_state == "observation":
+        return states
+    return combine_codes(factorize(states)[0], factorize(hidden)[0])[0]
 
 
 def step_group_keys(samples: StepSamples, states: np.ndarray, step_groups: str) -> np.ndarray:
@@ -204,14 +233,15 @@ def step_group_keys(samples: StepSamples, states: np.ndarray, step_groups: str) 
     return state_codes
 
 
-def transitions(samples: StepSamples) -> tuple[np.ndarray, np.ndarray]:
+def transitions(samples: StepSamples, step_state: str = "observation") -> tuple[np.ndarray, np.ndarray]:
     """The step graph of each task group: (state_ids, next_state_ids), each (n,) int64.
 
-    A state id numbers one anchor observation inside one task group: the graph's states are the observations
-    themselves, however coarse the step groups are (an observation cluster may hold many states that lead to
-    different places). A step's next state is the state of its ``next_anchor_obs`` in the
-    task group; ``TERMINAL`` where the environment ended the episode (None); ``UNSEEN`` where no step of the task
-    group was taken there (a step limit cut the episode in a state the group never acted in).
+    A state id numbers one anchor observation inside one task group (with ``step_state=environment``, one pair of
+    an anchor observation and a hidden state): the graph's states are the observations themselves, however coarse
+    the step groups are (an observation cluster may hold many states that lead to different places). A step's next
+    state is the state of its ``next_anchor_obs`` (and ``next_hidden_state``) in the task group; ``TERMINAL`` where
+    the environment ended the episode (None); ``UNSEEN`` where no step of the task group was taken there (a step
+    limit cut the episode in a state the group never acted in).
     """
     n = len(samples)
     next_ids = np.full(n, TERMINAL, dtype=np.int64)
@@ -219,7 +249,9 @@ def transitions(samples: StepSamples) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(0, dtype=np.int64), next_ids
     uid_codes, _ = factorize(samples.uid)
     open_end = np.flatnonzero(np.array([o is not None for o in samples.next_anchor_obs], dtype=bool))
-    observations, _ = factorize(np.concatenate([samples.anchor_obs, samples.next_anchor_obs[open_end]]))
+    observations = with_hidden_state(
+        factorize(np.concatenate([samples.anchor_obs, samples.next_anchor_obs[open_end]]))[0],
+        np.concatenate([samples.hidden_state, samples.next_hidden_state[open_end]]), step_state)
     pairs, _ = combine_codes(np.concatenate([uid_codes, uid_codes[open_end]]), observations)
     state_ids, _ = factorize(pairs[:n])
     if open_end.size:
@@ -229,17 +261,18 @@ def transitions(samples: StepSamples) -> tuple[np.ndarray, np.ndarray]:
     return state_ids, next_ids
 
 
-def step_values(samples: StepSamples, step_value: str, gamma: float, penalty_coef: float) -> np.ndarray:
+def step_values(samples: StepSamples, step_value: str, gamma: float, penalty_coef: float,
+                step_state: str = "observation") -> np.ndarray:
     """(n,) the value the step part normalises, minus the invalid-action penalty (after discounting, never carried
     to other steps): ``return``, the discounted return from the step on (:func:`step_returns`); ``next_state`` /
-    ``best_next_state``, the step's reward plus gamma times the mean / best value of the observation it led to over
-    its task group's step graph (:func:`transitions`, recipe/forge/core_forge.py ``compute_next_state_values``;
-    valued over as many sweeps as the longest episode has steps)."""
+    ``best_next_state``, the step's reward plus gamma times the mean / best value of the state it led to over its
+    task group's step graph (:func:`transitions` with ``step_state``, recipe/forge/core_forge.py
+    ``compute_next_state_values``; valued over as many sweeps as the longest episode has steps)."""
     if step_value not in STEP_VALUES:
         raise ValueError(f"step_value={step_value!r}; choose one of {list(STEP_VALUES)}")
     if STEP_VALUES[step_value] is None:
         return step_returns(samples, gamma, penalty_coef)
-    state_ids, next_ids = transitions(samples)
+    state_ids, next_ids = transitions(samples, step_state)
     horizon = int(samples.step_index.max()) + 1 if len(samples) else 0
     values = compute_next_state_values(samples.step_reward, state_ids, next_ids, gamma, horizon,
                                        value=STEP_VALUES[step_value])
@@ -268,7 +301,8 @@ def step_inputs(samples: StepSamples, estimator: str, algorithm: Any) -> StepInp
     if not step_part_on(estimator, settings):
         return StepInputs(np.zeros(len(samples)), np.full(len(samples), -1, dtype=np.int64))
     states = state_keys(samples, estimator, settings)
-    return StepInputs(step_values(samples, str(section_value(settings, "step_value")), gamma, coef),
+    return StepInputs(step_values(samples, str(section_value(settings, "step_value")), gamma, coef,
+                                  str(section_value(settings, "step_state"))),
                       step_group_keys(samples, states, str(section_value(settings, "step_groups"))))
 
 

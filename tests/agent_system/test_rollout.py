@@ -293,3 +293,24 @@ def test_an_environment_that_does_not_record_its_expert_leaves_the_steps_without
     assert batch.metrics["success_rate"] == 1.0  # the expert still plays when asked
     assert batch.steps and all(s.expert_action is None for s in batch.steps)
     assert not AlfworldEnvironmentManager.records_expert_actions  # its planner is too slow to ask every step
+
+
+def test_each_step_records_the_hidden_state_it_acted_in_and_the_one_it_led_to():
+    """A manager whose observation leaves something out (here a stand-in: a name derived from the observation): each
+    step carries the hidden state of its own state and of the next, which is the next step's own."""
+    from agent_system.environments.config import env_config_from_mapping
+    from agent_system.environments.env_package.gym_cards.manager import GymCardsEnvironmentManager
+
+    class Hidden(GymCardsEnvironmentManager):
+        def hidden_state(self, obs, info):
+            return f"behind {obs.splitlines()[-1]!r}"
+
+    cfg = env_config_from_mapping({"env_name": "gym_cards/NumberLine-v0", "rollout": {"n": 2}, "max_steps": 4,
+                                   "gym_cards": {"target_max": 4}})
+    envs = Hidden(cfg, num_tasks=2, split="train")
+    batch = TrajectoryCollector().collect(envs, RandomGenerator(envs, seed=5), SamplingParams(), seeds=[1, 2])
+    for t in batch.trajectories:
+        for step in t.steps:
+            assert step.hidden_state == f"behind {step.anchor_obs.splitlines()[-1]!r}"
+        for step, following in zip(t.steps, t.steps[1:]):
+            assert step.next_hidden_state == following.hidden_state

@@ -40,7 +40,7 @@ def test_measures_by_hand(probe):
 def test_numberline_the_paper_credits_the_clock_and_the_default_does_not(probe, capsys):
     assert probe.main(["--env", "numberline", "--tasks", "4", "--batches", "2", "--json"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert report["default"] == "next_state" and report["p"] == 0.5
+    assert report["default"] == "next_state_hidden" and report["p"] == 0.5
     numberline = report["environments"]["numberline"]
     assert set(numberline) == set(probe.VARIANTS)
     assert all(set(f) == {"precision", "clock_bias", "format_signal"} for f in numberline.values())
@@ -48,3 +48,5 @@ def test_numberline_the_paper_credits_the_clock_and_the_default_does_not(probe, 
     assert numberline["paper"]["clock_bias"] > 0.1
     assert numberline["next_state"]["clock_bias"] == pytest.approx(0.0, abs=1e-9)
     assert numberline["next_state"]["precision"] == 1.0 and numberline["next_state"]["format_signal"] > 0
+    # NumberLine's observation shows its whole state: the environment's states are the observations
+    assert numberline["next_state_hidden"] == numberline["next_state"]

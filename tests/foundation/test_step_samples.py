@@ -266,6 +266,50 @@ def test_a_revisited_state_is_not_worth_more_for_being_later():
     assert fixed[0] == fixed[1] == fixed[2] < fixed[3]
 
 
+# One observation, "hall", in two states: empty-handed (E) and holding the key (K). At E, "take" picks the key up and
+# "open" leaves the state as it was (the door is locked); at K, "open" wins. (traj, turn, hidden, action, reward, next)
+HALL = [
+    ("a", 0, "E", "take", 0.0, "K"), ("a", 1, "K", "open", 1.0, None),
+    ("b", 0, "E", "open", 0.0, "E"), ("b", 1, "E", "take", 0.0, "K"), ("b", 2, "K", "open", 1.0, None),
+]
+
+
+def hall_samples() -> StepSamples:
+    recs = [StepRecord(uid="u", traj_uid=t, step=k, anchor_obs="hall", messages=[], plain_messages=[],
+                       response_text="", action=a, prompt_ids=[1], response_ids=[2], logprobs=[0.0], reward=r,
+                       is_action_valid=True, done=False, cluster_id=0, next_anchor_obs=None if n is None else "hall",
+                       hidden_state=h, next_hidden_state=n or "")
+            for t, k, h, a, r, n in HALL]
+    return StepSamples.from_records(recs, {"a": 1.0, "b": 1.0}, {"a": True, "b": True})
+
+
+@pytest.mark.parametrize("estimator", ["forge", "gigpo"])
+def test_the_environments_hidden_state_tells_apart_the_states_one_observation_shows(estimator):
+    """gamma 0.5, next_state values over 3 sweeps from V = 0. step_state=environment: states E and K;
+    sweep 1: V(E) = 0, V(K) = 1; sweep 2: Q(take) = 1/2, Q(open at E) = 0, V(E) = 1/3; sweep 3: Q(open at E) = 1/6,
+    V(E) = (1/2 + 1/6 + 1/2) / 3 = 7/18; so take 1/2, open at E 7/36, open at K 1. With step_state=observation
+    both are one state: take and the locked door's open both lead back to "hall" and tie."""
+    section = (ForgeConfig if estimator == "forge" else GiGPOConfig)
+    def inputs(step_state):
+        algorithm = ForgeAlgoConfig(gamma=0.5, **{estimator: section(step_value="next_state", step_state=step_state)})
+        return step_inputs(hall_samples(), estimator, algorithm)
+
+    hidden = inputs("environment")
+    np.testing.assert_allclose(hidden.values, [0.5, 1.0, 7 / 36, 0.5, 1.0], atol=1e-12)
+    codes = hidden.group_keys
+    assert codes[0] == codes[2] == codes[3] != codes[1] == codes[4]
+    seen = inputs("observation")
+    assert seen.values[0] == seen.values[2] == seen.values[3] and len(set(seen.group_keys)) == 1
+
+
+def test_a_step_state_other_than_observation_or_environment_is_a_config_error():
+    from agent_system.config_checks import ConfigError
+
+    for section in (ForgeConfig, GiGPOConfig):
+        with pytest.raises(ConfigError, match="step_state.*'history'.*observation.*environment"):
+            section(step_state="history")
+
+
 def test_first_visit_groups_leave_a_trajectorys_returns_to_a_state_out():
     samples = loop_samples()
     algorithm = ForgeAlgoConfig(gamma=0.5, forge=ForgeConfig(step_groups="first_visit"))

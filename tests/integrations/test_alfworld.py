@@ -161,7 +161,7 @@ def test_manager_plays_generated_games(alfworld_games_dir):
     envs = AlfworldEnvironmentManager(cfg, num_tasks=3, split="train")
     try:
         obs, infos = envs.reset([0, 2, 3])
-        start = list(obs.anchor)
+        start, hidden_start = list(obs.anchor), envs.hidden_state_of(range(6))
         assert obs.anchor[0] == obs.anchor[1] and obs.anchor[2] == obs.anchor[3]
         assert "Your task is to:" in obs.anchor[0] and "Welcome to TextWorld" not in obs.anchor[0]
         assert [i["task_type"] for i in infos] == ["pick", "pick", "clean", "clean", "heat", "heat"]
@@ -173,11 +173,16 @@ def test_manager_plays_generated_games(alfworld_games_dir):
         # "Nothing happens." is no state: the anchor stays the state's own observation, the prompt says it happened
         assert "Nothing happens." in obs.text[1] and obs.anchor[1] == start[1] and not dones.any()
         assert envs.next_anchors([0, 1]) == [obs.anchor[0], start[1]] and obs.anchor[0] != start[0]
+        # walking and nothing happening moved no object: the hidden state is as it was
+        assert envs.hidden_state_of([0, 1]) == [infos[0]["hidden_state"], hidden_start[1]] == hidden_start[:2]
+        hidden_first_step = envs.hidden_state_of(range(6))
         while envs.active.any():
             acts = envs.expert_actions(range(6))
             envs.step([f"<action>{a}</action>" if a else "" for a in acts])
         outcome = envs.success_evaluator()
         assert outcome["success"].all()
+        # every task moved its object (and cleaned or heated it): no hidden state is the start's
+        assert all(a != b for a, b in zip(envs.hidden_state_of(range(6)), hidden_first_step))
         np.testing.assert_array_equal(envs.episode_reward, np.full(6, 10.0))
         assert set(outcome) == {"success", "success/pick", "success/clean", "success/heat"}
         assert envs.step_count[1] == envs.step_count[0] + 1
@@ -219,3 +224,26 @@ def test_expert_replans_once_after_the_agent_strays(alfworld_games_dir):
         total += reward
         steps += 1
     assert done and info["won"] and total == 10.0
+
+
+def test_the_hidden_state_tells_what_the_agent_holds_where_the_observation_does_not(alfworld_games_dir):
+    """A receptacle's observation reads the same before and after the agent picked the task's object up elsewhere;
+    the hidden state (a digest of the game's facts) differs. A command that changes nothing ("Nothing happens.",
+    "inventory") leaves it as it was."""
+    from agent_system.environments.env_package.alfworld.env import AlfworldEnv
+
+    paths = _games(alfworld_games_dir, "train", 6)
+    env = AlfworldEnv(paths)
+    _, info = env.reset(0)  # pick: the walkthrough goes to the object, takes it, goes to the target, puts it
+    start = info["hidden_state"]
+    assert env.step("dance wildly")[0] == "Nothing happens." and env.step("dance wildly")[4]["hidden_state"] == start
+    assert env.step("inventory")[4]["hidden_state"] == start
+    walkthrough = _load(paths[0])["walkthrough"]
+    places = {a for a in walkthrough if a.startswith("go to")}
+    elsewhere = next(a for a in info["admissible_actions"] if a.startswith("go to") and a not in places)
+    before, _, _, _, info = env.step(elsewhere)
+    empty_handed = info["hidden_state"]
+    for action in walkthrough[:walkthrough.index(next(a for a in walkthrough if a.startswith("take"))) + 1]:
+        env.step(action)
+    after, _, _, _, info = env.step(elsewhere)
+    assert after == before and info["hidden_state"] != empty_handed

@@ -302,3 +302,35 @@ def test_an_episode_session_reports_the_observation_each_step_led_to():
             assert walk[-1][0] is None and all(n == v for n, v, _ in walk[:-1])
             return
     raise AssertionError("neither direction reached the target of NumberLine seed 7 within 3 steps")
+
+
+def test_an_episode_session_reports_the_hidden_state_of_each_view_and_of_where_each_step_led(use_manager):
+    """As the embedded engine's records: the view's hidden state is its state's (the manager's hidden_state), and a
+    step's outcome carries the next view's."""
+    from agent_system.environments.env_package.gym_cards.manager import GymCardsEnvironmentManager
+
+    class Hidden(GymCardsEnvironmentManager):
+        def hidden_state(self, obs, info):
+            return f"behind {obs.splitlines()[-1]!r}"
+
+    use_manager(Hidden)
+
+    async def episode(actions):
+        session = EpisodeSession(env_config("gym_cards/NumberLine-v0", n=1, max_steps=3), "train", 7,
+                                 pool=ManagerPool(max_idle=0))
+        views, outcomes = [], []
+        try:
+            views.append(await session.reset())
+            for action in actions:
+                if session.done:
+                    break
+                outcome, view = await session.step(answer(action))
+                outcomes.append(outcome)
+                views.append(view)
+        finally:
+            await session.close()
+        return views, outcomes
+
+    views, outcomes = asyncio.run(episode(["?", "+", "?"]))
+    assert all(v.hidden_state == f"behind {v.anchor_obs.splitlines()[-1]!r}" for v in views)
+    assert [o.next_hidden_state for o in outcomes] == [v.hidden_state for v in views[1:]]

@@ -43,6 +43,7 @@ def record_b() -> StepRecord:
         action="wait", prompt_ids=[9], response_ids=[8, 7, 6], logprobs=[-1.0], reward=10.0, is_action_valid=False,
         done=True, cluster_id=12, experience_ids=(), info={}, admissible_actions=(), expert_action="go",
         experiences_dropped=2, policy_version=3, policy_version_last=4, library_version=2, next_anchor_obs="room C",
+        hidden_state="holds key", next_hidden_state="holds nothing",
     )
 
 

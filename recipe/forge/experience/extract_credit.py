@@ -7,14 +7,15 @@ earlier or ran out of steps. :class:`CreditExtractor` credits each step as the s
 
 1. Values. Every step of the iteration's usable trajectories (the extractor's ``batch``) gets the step value the
    ``forge`` advantage normalises, by the same rule (:func:`recipe.forge.step_samples.step_values` with the run's
-   ``algorithm.forge.step_value``, ``algorithm.gamma`` and ``algorithm.invalid_action_penalty_coef``): the
-   discounted return from the step on (the paper's ``return``) or the reward plus the value of the state the step
+   ``algorithm.forge.step_value``, ``step_state``, ``algorithm.gamma`` and ``algorithm.invalid_action_penalty_coef``):
+   the discounted return from the step on (the paper's ``return``) or the reward plus the value of the state the step
    led to (``next_state``, ``best_next_state``), minus the invalid-action penalty of an invalid step.
 2. Groups. The steps of one task group (uid) in one step group of the advantage
    (:func:`recipe.forge.step_samples.step_group_keys` with ``algorithm.forge.step_groups``): the same observation
    cluster (``cluster_id``), or the same anchor observation where a step has no cluster; with
    ``cluster_and_turn`` also the same turn, with ``first_visit`` a trajectory's first visit only. Different uids
-   are never compared: their tasks differ.
+   are never compared: their tasks differ. A lesson is retrieved by observation, so the groups are observations
+   whatever ``step_state`` (which tells the step graph's states apart by the environment's hidden state).
 3. Credit. Within a group the valid steps are split by action (whitespace-normalised). With at least two
    actions, and one action whose mean value is above every other's (by more than :data:`TIE_TOLERANCE`):
 
@@ -85,7 +86,7 @@ class CreditExtractor:
     ``credit_lessons`` (state lessons made)."""
 
     def __init__(self, base: Extractor, lesson_style: str, gamma: float, invalid_action_penalty_coef: float,
-                 step_value: str = "return", step_groups: str = "cluster"):
+                 step_value: str = "return", step_groups: str = "cluster", step_state: str = "observation"):
         check_range("algorithm.gamma", gamma, 0.0, 1.0)
         check_range("algorithm.invalid_action_penalty_coef", invalid_action_penalty_coef, 0.0)
         self.base = base
@@ -93,6 +94,7 @@ class CreditExtractor:
         self.gamma = float(gamma)
         self.penalty_coef = float(invalid_action_penalty_coef)
         self.step_value = step_value
+        self.step_state = step_state
         self.step_groups = step_groups
         self.stats = base.stats
         self.stats.setdefault("credit_states", 0)
@@ -127,7 +129,7 @@ class CreditExtractor:
         samples = StepSamples.from_records(steps, {u: t.episode_reward for u, t in episodes.items()},
                                            {u: t.success for u, t in episodes.items()})
         states = object_array([state_of(s.cluster_id, s.anchor_obs) for s in steps])
-        returns = step_values(samples, self.step_value, self.gamma, self.penalty_coef)
+        returns = step_values(samples, self.step_value, self.gamma, self.penalty_coef, self.step_state)
         groups: dict[tuple, list[int]] = {}
         for i, (step, key) in enumerate(zip(steps, step_group_keys(samples, states, self.step_groups))):
             groups.setdefault((step.uid, int(key)), []).append(i)
@@ -206,9 +208,10 @@ def action_credits(steps: Sequence[StepRecord], returns: np.ndarray) -> list[Act
 
 def step_credit(base: Extractor, lesson_style: str, gamma: float | None,
                 invalid_action_penalty_coef: float | None, step_value: str = "return",
-                step_groups: str = "cluster") -> CreditExtractor:
+                step_groups: str = "cluster", step_state: str = "observation") -> CreditExtractor:
     """The extractor of ``lesson_credit: step``: ``base`` (rule or LLM) with credit-assigned state lessons, valued
-    and grouped as the forge advantage is (``algorithm.forge.step_value`` and ``step_groups``). The values need
+    and grouped as the forge advantage is (``algorithm.forge.step_value``, ``step_state`` and ``step_groups``; a
+    lesson is shown by observation, so its groups are observation clusters whatever ``step_state``). The values need
     the run's ``algorithm.gamma`` and ``algorithm.invalid_action_penalty_coef``; without them a ValueError says how
     to pass them (a silent default would rank actions by another discount than training)."""
     if gamma is None or invalid_action_penalty_coef is None:
@@ -216,4 +219,5 @@ def step_credit(base: Extractor, lesson_style: str, gamma: float | None,
             "algorithm.forge.lesson_credit='step' compares actions by their discounted step returns, which need "
             "the algorithm section's gamma and invalid_action_penalty_coef: build the system with "
             "ExperienceSystem.from_algorithm(algorithm) (or pass gamma= and invalid_action_penalty_coef=)")
-    return CreditExtractor(base, lesson_style, gamma, invalid_action_penalty_coef, step_value, step_groups)
+    return CreditExtractor(base, lesson_style, gamma, invalid_action_penalty_coef, step_value, step_groups,
+                           step_state)

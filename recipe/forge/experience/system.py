@@ -136,7 +136,7 @@ class ExperienceSystem:
             from recipe.forge.experience.extract_credit import step_credit  # imports torch (step_samples)
 
             self.extractor = step_credit(self.extractor, c.lesson_style, gamma, invalid_action_penalty_coef,
-                                         c.step_value, c.step_groups)
+                                         c.step_value, c.step_groups, c.step_state)
         self.view = view  # a snapshot-backed worker copy: provides, never evolves
         self.iteration = 0
         self.version = 0

@@ -17,11 +17,17 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import json
 from collections import OrderedDict
 from typing import Any, Mapping
 
 _SAS_CACHE_SIZE = 64
+
+# facts left out of the hidden state: where the agent is and what is open (the feedback says so where it matters, and
+# the agent's exact position and heading would split one place into several states), and the game's record of what
+# the agent has looked at (history, not the world)
+SHOWN_OR_LOOKED_AT = {"atlocation", "opened", "checked"}
 
 
 def _install_translation_cache() -> None:
@@ -78,7 +84,10 @@ def _install_template_cache() -> None:
 class AlfredTextGame:
     """A loaded ALFWorld game: ``load_and_reset`` -> state, ``step(command)`` -> state.
 
-    A state is a dict with ``feedback`` (text), ``admissible_commands`` (sorted, "help" removed) and ``won``.
+    A state is a dict with ``feedback`` (text), ``admissible_commands`` (sorted, "help" removed), ``won`` and
+    ``hidden_state``: a digest of the game's facts that its feedback cannot show (:data:`SHOWN_OR_LOOKED_AT`: where
+    the objects are, what the agent holds, what is clean, hot, cool, sliced or switched on), equal for equal states;
+    the feedback at a place reads the same whatever the agent holds.
     """
 
     def __init__(self) -> None:
@@ -119,4 +128,7 @@ class AlfredTextGame:
     @staticmethod
     def _state(state) -> dict[str, Any]:
         commands = [c for c in state["admissible_commands"] if c != "help"]
-        return {"feedback": state["feedback"], "admissible_commands": commands, "won": bool(state["won"])}
+        facts = "\n".join(sorted(str(fact) for fact in state["_facts"]
+                                  if fact.name.removeprefix("not_") not in SHOWN_OR_LOOKED_AT))
+        return {"feedback": state["feedback"], "admissible_commands": commands, "won": bool(state["won"]),
+                "hidden_state": hashlib.sha1(facts.encode()).hexdigest()[:16]}

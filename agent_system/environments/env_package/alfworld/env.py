@@ -56,4 +56,5 @@ class AlfworldEnv(AgentEnv):
         return self._plan[0] if self._plan else None
 
     def _make_info(self) -> dict[str, Any]:
-        return {**self._info, "won": self._state["won"], "admissible_actions": list(self._state["admissible_commands"])}
+        return {**self._info, "won": self._state["won"], "admissible_actions": list(self._state["admissible_commands"]),
+                "hidden_state": self._state["hidden_state"]}

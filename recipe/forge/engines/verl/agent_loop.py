@@ -149,7 +149,8 @@ class ForgeAgentLoop(AgentLoopBase):
                 outcome, next_view = await session.step(response_text(generation.output))
                 env_seconds += time.perf_counter() - started
                 record = finish_step(prepared, generation.output, outcome.reward, outcome.done, outcome.info,
-                                     view.expert_action, outcome.next_anchor_obs)
+                                     view.expert_action, outcome.next_anchor_obs, hidden_state=view.hidden_state,
+                                     next_hidden_state=outcome.next_hidden_state)
                 steps.append(EpisodeStep(record, prepared.experience, view, outcome, generation, gen_seconds,
                                          student_prompt_ids))
                 view = next_view

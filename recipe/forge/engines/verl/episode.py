@@ -54,6 +54,7 @@ class EpisodeView:
     task_type: str | None
     admissible_actions: tuple[str, ...] = ()  # the actions the environment lists for this state
     expert_action: str | None = None  # the environment's expert action here (None: none, or the episode is over)
+    hidden_state: str = ""  # what the observation leaves out of this state (the manager's hidden_state_of)
 
 
 @dataclass
@@ -67,6 +68,7 @@ class StepOutcome:
     task_score: float | None = None  # info["task_score"] where the environment reports one (WebShop, AppWorld)
     info: dict[str, Any] = field(default_factory=dict)  # the environment's step info (what finish_step reads)
     next_anchor_obs: str | None = None  # the observation the step led to; None: the environment ended the episode
+    next_hidden_state: str = ""  # what that observation leaves out of the state the step led to
 
 
 class EpisodeSession:
@@ -153,6 +155,7 @@ class EpisodeSession:
             task_score=None if info.get("task_score") is None else float(info["task_score"]),
             info=info,
             next_anchor_obs=self._manager.next_anchors([0])[0],
+            next_hidden_state=self._manager.hidden_state_of([0])[0],
         )
         self._view = self._make_view(obs, info)
         return outcome, self._view
@@ -166,6 +169,7 @@ class EpisodeSession:
             task_type=info.get("task_type"),
             admissible_actions=obs.admissible[0],
             expert_action=self._manager.recorded_expert_actions([0])[0],
+            hidden_state=self._manager.hidden_state_of([0])[0],
         )
 
 
