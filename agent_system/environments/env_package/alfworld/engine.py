@@ -24,9 +24,9 @@ from typing import Any, Mapping
 
 _SAS_CACHE_SIZE = 64
 
-# facts left out of the hidden state: where the agent is and what is open (the feedback says so where it matters, and
-# the agent's exact position and heading would split one place into several states), and the game's record of what
-# the agent has looked at (history, not the world)
+# facts left out of the hidden state: where the agent is and what is open (the feedback says so where it matters; the
+# game also keeps a not_atlocation fact for every place the agent has left, which would make each route to a place a
+# state of its own), and the game's record of what the agent has looked at (history, not the world)
 SHOWN_OR_LOOKED_AT = {"atlocation", "opened", "checked"}
 
 
