@@ -57,6 +57,8 @@ def samples_of(rows: list[dict]) -> StepSamples:
         cluster_id=column((r.get("cluster_id") for r in rows), object),
         episode_return=column((r["episode_reward"] for r in rows), np.float64),
         success=column((r["success"] for r in rows), bool),
+        hidden_state=column((r.get("hidden_state", "") for r in rows), object),
+        next_hidden_state=column((r.get("next_hidden_state", "") for r in rows), object),
     )
 
 

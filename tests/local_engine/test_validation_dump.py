@@ -15,7 +15,7 @@ pytestmark = pytest.mark.timeout(600)
 
 FIELDS = {"step", "input", "output", "score", "task", "traj_uid", "turn", "observation", "next_observation", "action", "valid", "done",
           "episode_reward", "success", "cluster_id", "experience_ids", "experiences", "admissible_actions",
-          "expert_action"}
+          "expert_action", "hidden_state", "next_hidden_state"}
 
 
 def read(path):

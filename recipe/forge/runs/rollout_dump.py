@@ -18,10 +18,11 @@ a multi-turn run needs to be read back::
      "done": false, "episode_reward": 1.0, "success": true, "cluster_id": 4, "experience_ids": ["12"],
      "experiences": [{"id": "12", "zone": "golden", "level": "example", "text": "At \\"...\\", answer with ...",
                       "advice": null}],
-     "admissible_actions": ["+", "-"], "expert_action": null}
+     "admissible_actions": ["+", "-"], "expert_action": null, "hidden_state": "", "next_hidden_state": ""}
 
 ``step`` is the iteration; ``turn`` the step within the episode; ``next_observation`` the observation the step led
-to (null where the environment ended the episode). ``experiences`` are the shown entries as the
+to (null where the environment ended the episode); ``hidden_state`` and ``next_hidden_state`` what the environment
+says those observations leave out of their states ("" where it reports nothing). ``experiences`` are the shown entries as the
 library held them when the pass ran (``text`` is the lesson; ``input`` shows it as rendered, the last entry
 possibly cut to ``max_experience_length``; ``advice``: the entry's checkable advice, ``Advice.as_dict()``, null
 where it has none); an entry the library no longer holds has only its ``id`` (the other fields null). A file is
@@ -95,6 +96,7 @@ def step_lines(trajectories: Sequence[TrajectoryRecord], iteration: int, prompt_
                 "experience_ids": [str(raw) for raw in record.experience_ids],
                 "experiences": [entries.get(str(raw)) or {"id": str(raw), **unknown} for raw in record.experience_ids],
                 "admissible_actions": list(record.admissible_actions), "expert_action": record.expert_action,
+                "hidden_state": record.hidden_state, "next_hidden_state": record.next_hidden_state,
             })
     return out
 
