@@ -96,8 +96,8 @@ def finish_step(prepared: PreparedStep, output: GenerationOutput, reward: float,
     state the step acted on (None: it has none); ``next_anchor_obs`` the raw observation the step led to (the
     manager's ``next_anchors``: None where the environment ended the episode); ``hidden_state`` and
     ``next_hidden_state`` what the environment's observations leave out of those two states (the manager's
-    ``hidden_state_of`` before and after the step; "" where it reports none). The expert never reaches the step's query: retrieval and the
-    policy do not see it, only the record does (lesson quality, the oracle extractor)."""
+    ``hidden_state_of`` before and after the step; "" where it reports none). The expert never reaches the step's
+    query: retrieval and the policy do not see it, only the record does (lesson quality, the oracle extractor)."""
     query, experience = prepared.query, prepared.experience
     kept = {k: v for k, v in info.items() if k not in INFO_DROP}
     return StepRecord(

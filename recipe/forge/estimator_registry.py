@@ -3,9 +3,10 @@
 verl's generic ``compute_advantage`` passes only token_level_rewards, response_mask, index (uid) and config. The
 step-level estimators need the batch's steps: a :class:`recipe.forge.step_samples.StepSamples` as the keyword
 ``step_samples``, or the non-tensor batch verl forwards holding one column per StepSamples field but ``uid`` (verl's
-``index`` is the task group; the hidden-state columns may be left out), as SLEA-RL's trainers build them. Both entries then compute exactly as the engines do:
-:func:`recipe.forge.step_samples.step_inputs` (states, step groups and step values by the estimator's section, every
-rule included) and :func:`recipe.forge.step_samples.step_advantage`.
+``index`` is the task group; the hidden-state columns may be left out), as SLEA-RL's trainers build them. Both
+entries then compute exactly as the engines do: :func:`recipe.forge.step_samples.step_inputs` (states, step groups
+and step values by the estimator's section, every rule included) and
+:func:`recipe.forge.step_samples.step_advantage`.
 """
 
 from __future__ import annotations

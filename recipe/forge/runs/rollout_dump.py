@@ -22,11 +22,11 @@ a multi-turn run needs to be read back::
 
 ``step`` is the iteration; ``turn`` the step within the episode; ``next_observation`` the observation the step led
 to (null where the environment ended the episode); ``hidden_state`` and ``next_hidden_state`` what the environment
-says those observations leave out of their states ("" where it reports nothing). ``experiences`` are the shown entries as the
-library held them when the pass ran (``text`` is the lesson; ``input`` shows it as rendered, the last entry
-possibly cut to ``max_experience_length``; ``advice``: the entry's checkable advice, ``Advice.as_dict()``, null
-where it has none); an entry the library no longer holds has only its ``id`` (the other fields null). A file is
-written atomically, so a rerun after a resume replaces it whole.
+says those observations leave out of their states ("" where it reports nothing). ``experiences`` are the shown
+entries as the library held them when the pass ran (``text`` is the lesson; ``input`` shows it as rendered, the
+last entry possibly cut to ``max_experience_length``; ``advice``: the entry's checkable advice,
+``Advice.as_dict()``, null where it has none); an entry the library no longer holds has only its ``id`` (the other
+fields null). A file is written atomically, so a rerun after a resume replaces it whole.
 """
 
 from __future__ import annotations
