@@ -30,7 +30,7 @@ GIGPO_STEP_GROUPS = ("anchor", "anchor_and_turn", "first_visit")
 # mean / best value over the task group's steps (recipe/forge/step_samples.py step_values)
 STEP_VALUES = ("return", "next_state", "best_next_state")
 # step states: what the observation shows (the paper's, GiGPO's), or that and what the environment says it leaves out
-# (its hidden_state; recipe/forge/step_samples.py with_hidden_state)
+# (its hidden_state; recipe/forge/step_samples.py with_hidden_state, which reads this tuple too)
 STEP_STATES = ("observation", "environment")
 RETRIEVAL_MODES = ("observation", "task", "hybrid", "clustered")
 DIVERGENCES = ("kl", "reverse_kl", "jsd")

@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 from agent_system.multi_turn_rollout.protocols import StepRecord
+from recipe.forge.config_rules import STEP_STATES
 from recipe.forge.core_forge import (
     TERMINAL,
     UNSEEN,
@@ -60,8 +61,6 @@ from recipe.forge.core_forge import (
 )
 
 STEP_ESTIMATORS = ("forge", "gigpo")
-# step_state: a state is what the observation shows (the paper's, GiGPO's), or that and the environment's hidden state
-STEP_STATES = ("observation", "environment")
 # step_value: the paper's discounted return, or the reward plus the next state's mean / best value
 STEP_VALUES = {"return": None, "next_state": "mean", "best_next_state": "best"}
 # step_groups per estimator: one state (its cluster / anchor), one state at one turn, first visits only
